@@ -1,0 +1,36 @@
+import { ApplicationFailure } from '@temporalio/activity';
+import type { BlobStore } from '../src/blobs';
+import { decodeDocument } from '../src/documents';
+import { FailureType } from '../src/shared';
+
+/** Where steps read a document's text from, by reference. */
+export interface TextSource {
+  read(textRef: string): string;
+}
+
+/** Reads texts from the blob store, failing without retry (and saying what to fix) when one is unusable. */
+export function blobTextSource(blobs: BlobStore, maxBytes: number): TextSource {
+  return {
+    read(textRef) {
+      const bytes = blobs.get(textRef);
+      if (bytes === undefined) {
+        throw ApplicationFailure.create({
+          type: FailureType.InvalidDocument,
+          nonRetryable: true,
+          message:
+            `document text ${textRef} is not in this worker's blob store; workers and clients must share ` +
+            'DATA_DIR (a shared volume), then submit the document again',
+        });
+      }
+      const decoded = decodeDocument(bytes, maxBytes);
+      if (!decoded.ok) {
+        throw ApplicationFailure.create({
+          type: FailureType.InvalidDocument,
+          nonRetryable: true,
+          message: `document ${textRef} cannot be processed: ${decoded.reason}`,
+        });
+      }
+      return decoded.text;
+    },
+  };
+}

@@ -1,0 +1,46 @@
+import { log } from '@temporalio/activity';
+import type { z } from 'zod';
+import type { AnswerMemo } from '../src/model/memo';
+import type { DocumentModel, ModelAnswer } from '../src/model/types';
+import type { ModelInfo, StepName, Usage } from '../src/shared';
+
+export interface ModelStepAnswer<T> {
+  value: T;
+  usage: Usage;
+  model: ModelInfo;
+  memoised: boolean;
+}
+
+/**
+ * Asks the model at most once per idempotency key. The answer is written to the durable memo before the activity
+ * returns; an attempt that finds one (its predecessor died after paying) reuses it instead of calling again.
+ */
+export async function askOnce<T>(
+  {
+    step,
+    key,
+    memo,
+    model,
+    valueSchema,
+  }: {
+    step: StepName;
+    key: string;
+    memo: AnswerMemo;
+    model: DocumentModel;
+    valueSchema: z.ZodType<T>;
+  },
+  ask: () => Promise<ModelAnswer<T>>,
+): Promise<ModelStepAnswer<T>> {
+  const stored = memo.get(key);
+  if (stored !== undefined) {
+    const value = valueSchema.safeParse(stored.value);
+    if (value.success) {
+      log.info('Reusing the memoised model answer: an earlier attempt paid for it', { step, key });
+      return { value: value.data, usage: stored.usage, model: stored.model, memoised: true };
+    }
+    log.warn('Ignoring a memoised answer that no longer fits the schema', { step, key });
+  }
+  const answer = await ask();
+  memo.put(key, step, { value: answer.value, usage: answer.usage, model: model.info });
+  return { value: answer.value, usage: answer.usage, model: model.info, memoised: false };
+}

@@ -1,0 +1,19 @@
+import type { Publisher } from '../src/publisher/types';
+import { parseOrFail, PublishInputSchema } from '../src/shared';
+import type { PublishInput, PublishResult } from '../src/shared';
+import { withHeartbeats } from './heartbeat';
+import { idempotencyKey } from './idempotency';
+
+/**
+ * Step 3, the one externally visible effect: hands the results to the publish target under the step's key.
+ * If the worker dies after the target committed and before Temporal recorded the step, the retry sends the same
+ * key and the target answers with the first receipt instead of writing again.
+ */
+export function createPublish(deps: { publisher: Publisher }) {
+  return async function publish(input: PublishInput): Promise<PublishResult> {
+    const publication = parseOrFail(PublishInputSchema, input, 'publish input');
+    const key = idempotencyKey();
+    const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal));
+    return { ...receipt, idempotencyKey: key, target: deps.publisher.kind };
+  };
+}

@@ -1,0 +1,24 @@
+import { z } from 'zod';
+import type { AnswerMemo } from '../src/model/memo';
+import type { DocumentModel } from '../src/model/types';
+import { parseOrFail, SummarizeInputSchema } from '../src/shared';
+import type { SummarizeInput, SummarizeResult } from '../src/shared';
+import type { TextSource } from './document-text';
+import { withHeartbeats } from './heartbeat';
+import { idempotencyKey } from './idempotency';
+import { askOnce } from './model-step';
+
+/** Step 1: a summary of the document from the model (or the offline extractive summarizer). */
+export function createSummarize(deps: { model: DocumentModel; memo: AnswerMemo; texts: TextSource }) {
+  return async function summarize(input: SummarizeInput): Promise<SummarizeResult> {
+    const { textRef, maxSentences } = parseOrFail(SummarizeInputSchema, input, 'summarize input');
+    const key = idempotencyKey();
+    const text = deps.texts.read(textRef);
+    const { value, ...answer } = await withHeartbeats((signal) =>
+      askOnce({ step: 'summarize', key, memo: deps.memo, model: deps.model, valueSchema: z.string() }, () =>
+        deps.model.summarize(text, maxSentences, { idempotencyKey: key, signal }),
+      ),
+    );
+    return { summary: value, idempotencyKey: key, ...answer };
+  };
+}

@@ -1,0 +1,75 @@
+// @ts-check
+import tseslint from 'typescript-eslint';
+
+const nodeBuiltins = [
+  'assert',
+  'buffer',
+  'child_process',
+  'crypto',
+  'dns',
+  'events',
+  'fs',
+  'http',
+  'https',
+  'net',
+  'os',
+  'path',
+  'process',
+  'stream',
+  'timers',
+  'tls',
+  'url',
+  'util',
+  'worker_threads',
+  'zlib',
+];
+
+export default tseslint.config(
+  { ignores: ['node_modules/', 'dist/', 'data/', '.tmp/', 'eslint.config.mjs'] },
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': [
+        'error',
+        {
+          allowForKnownSafeCalls: [
+            {
+              from: 'package',
+              package: 'node:test',
+              name: ['describe', 'it', 'test', 'before', 'after', 'beforeEach', 'afterEach'],
+            },
+          ],
+        },
+      ],
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    // Workflow code is replayed inside Temporal's sandbox: no Node builtins, and activities by type only.
+    files: ['workflows/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            { name: '../activities', message: 'Import activities as types only.', allowTypeImports: true },
+          ],
+          patterns: [
+            {
+              group: ['node:*'],
+              message: 'No Node builtins in workflow code: it runs in the deterministic sandbox.',
+            },
+            ...nodeBuiltins.map((name) => ({
+              group: [name, `${name}/*`],
+              message: 'No Node builtins in workflow code.',
+            })),
+          ],
+        },
+      ],
+    },
+  },
+);

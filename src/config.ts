@@ -1,0 +1,121 @@
+import path from 'node:path';
+import { z } from 'zod';
+import { DEFAULT_TASK_QUEUE } from './shared';
+
+/** Default ports of the embedded dev server; docker-compose.yml publishes the same ones. */
+export const DEFAULT_TEMPORAL_PORT = 7233;
+export const DEFAULT_UI_PORT = 8233;
+
+const optionalUrl = z
+  .string()
+  .trim()
+  .optional()
+  .transform((s) => (s === '' ? undefined : s))
+  .pipe(z.url({ protocol: /^https?$/ }).optional());
+
+const optionalText = z
+  .string()
+  .trim()
+  .transform((s) => (s === '' ? undefined : s))
+  .optional();
+
+/** A positive whole number; unset or empty (as compose's `${VAR:-}` gives) means the default. */
+const positiveInt = (fallback: number) =>
+  z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? fallback : Number(s)))
+    .pipe(z.number().int().positive());
+
+/**
+ * Every environment variable the project reads, with its default. docker-compose.yml and the README's
+ * configuration table are checked against this list by test/docker-compose.test.ts.
+ */
+const EnvSchema = z.object({
+  TEMPORAL_ADDRESS: optionalText,
+  TEMPORAL_NAMESPACE: z.string().trim().min(1).default('default'),
+  TEMPORAL_TASK_QUEUE: z.string().trim().min(1).default(DEFAULT_TASK_QUEUE),
+  TEMPORAL_UI_PORT: positiveInt(DEFAULT_UI_PORT),
+  TEMPORAL_CLI_PATH: optionalText,
+  TEMPORAL_TEST_SERVER_PATH: optionalText,
+  DATA_DIR: optionalText,
+  OPENAI_BASE_URL: optionalUrl,
+  OPENAI_API_KEY: optionalText,
+  OPENAI_MODEL: optionalText,
+  MODEL_REQUEST_TIMEOUT_MS: positiveInt(90_000),
+  PUBLISH_WEBHOOK_URL: optionalUrl,
+  PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
+  MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
+});
+
+export const CONFIG_VARIABLES = Object.keys(EnvSchema.shape) as readonly (keyof typeof EnvSchema.shape)[];
+
+export interface Config {
+  /** Set when the user points at a server; unset means "embedded dev server unless one answers on 7233". */
+  temporalAddress: string | undefined;
+  namespace: string;
+  taskQueue: string;
+  uiPort: number;
+  cliPath: string | undefined;
+  testServerPath: string | undefined;
+  dataDir: string;
+  model:
+    | { kind: 'offline' }
+    | { kind: 'openai-compatible'; baseUrl: string; apiKey: string | undefined; model: string };
+  modelRequestTimeoutMs: number;
+  publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
+  publishRequestTimeoutMs: number;
+  maxDocumentBytes: number;
+}
+
+/** Thrown for a configuration a person has to fix; the message says which variable and how. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Reads and validates the environment once; the project's only reader of process.env. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Config {
+  const parsed = EnvSchema.safeParse(env);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+    throw new ConfigError(`Invalid environment: ${problems}`);
+  }
+  const e = parsed.data;
+  if (e.OPENAI_BASE_URL === undefined && (e.OPENAI_MODEL !== undefined || e.OPENAI_API_KEY !== undefined)) {
+    throw new ConfigError(
+      'OPENAI_MODEL or OPENAI_API_KEY is set but OPENAI_BASE_URL is not: set OPENAI_BASE_URL ' +
+        '(e.g. https://api.openai.com/v1 or http://localhost:11434/v1) or unset both to use the offline model',
+    );
+  }
+  if (e.OPENAI_BASE_URL !== undefined && e.OPENAI_MODEL === undefined) {
+    throw new ConfigError(
+      'OPENAI_BASE_URL is set but OPENAI_MODEL is not: name the model, e.g. OPENAI_MODEL=gpt-4o-mini',
+    );
+  }
+  return {
+    temporalAddress: e.TEMPORAL_ADDRESS,
+    namespace: e.TEMPORAL_NAMESPACE,
+    taskQueue: e.TEMPORAL_TASK_QUEUE,
+    uiPort: e.TEMPORAL_UI_PORT,
+    cliPath: e.TEMPORAL_CLI_PATH,
+    testServerPath: e.TEMPORAL_TEST_SERVER_PATH,
+    dataDir: path.resolve(cwd, e.DATA_DIR ?? 'data'),
+    model:
+      e.OPENAI_BASE_URL !== undefined && e.OPENAI_MODEL !== undefined
+        ? {
+            kind: 'openai-compatible',
+            baseUrl: e.OPENAI_BASE_URL,
+            apiKey: e.OPENAI_API_KEY,
+            model: e.OPENAI_MODEL,
+          }
+        : { kind: 'offline' },
+    modelRequestTimeoutMs: e.MODEL_REQUEST_TIMEOUT_MS,
+    publisher:
+      e.PUBLISH_WEBHOOK_URL !== undefined
+        ? { kind: 'webhook', url: e.PUBLISH_WEBHOOK_URL }
+        : { kind: 'sqlite' },
+    publishRequestTimeoutMs: e.PUBLISH_REQUEST_TIMEOUT_MS,
+    maxDocumentBytes: e.MAX_DOCUMENT_BYTES,
+  };
+}

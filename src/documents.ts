@@ -1,0 +1,119 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+
+/** File endings picked up when a folder is given. */
+const DOCUMENT_EXTENSIONS = new Set(['.md', '.markdown', '.txt']);
+
+export type Decoded = { ok: true; text: string } | { ok: false; reason: string };
+
+/**
+ * Checks that bytes are a usable text document: not empty, within the size limit, UTF-8, no NUL bytes.
+ * The reason, when it fails, says what to fix.
+ */
+export function decodeDocument(bytes: Uint8Array, maxBytes: number): Decoded {
+  if (bytes.byteLength === 0) return { ok: false, reason: 'the file is empty; give it some text' };
+  if (bytes.byteLength > maxBytes) {
+    return {
+      ok: false,
+      reason: `the file is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit; split it or raise MAX_DOCUMENT_BYTES`,
+    };
+  }
+  const nul = bytes.indexOf(0);
+  if (nul !== -1) {
+    return {
+      ok: false,
+      reason: `it holds a NUL byte at offset ${nul}: it looks binary; give a UTF-8 text file`,
+    };
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return { ok: false, reason: 'it is not valid UTF-8; convert it (e.g. iconv -t UTF-8) and try again' };
+  }
+  if (text.trim() === '') return { ok: false, reason: 'it holds only white space; give it some text' };
+  return { ok: true, text };
+}
+
+export interface DocumentFile {
+  /** Where it was read from, as given (for messages and the result table). */
+  source: string;
+  documentId: string;
+  title: string;
+  bytes: Buffer;
+}
+
+export interface Rejected {
+  source: string;
+  reason: string;
+}
+
+/**
+ * Expands files and folders into documents. Nothing is dropped silently: every argument that is not a usable
+ * document comes back in `rejected` with the reason.
+ */
+export function collectDocuments(
+  args: readonly string[],
+  maxBytes: number,
+): { documents: DocumentFile[]; rejected: Rejected[] } {
+  const documents: DocumentFile[] = [];
+  const rejected: Rejected[] = [];
+  const consider = (file: string): void => {
+    const bytes = fs.readFileSync(file);
+    const decoded = decodeDocument(bytes, maxBytes);
+    if (!decoded.ok) {
+      rejected.push({ source: file, reason: decoded.reason });
+      return;
+    }
+    documents.push({
+      source: file,
+      documentId: documentIdFor(bytes),
+      title: titleOf(decoded.text, file),
+      bytes,
+    });
+  };
+  for (const arg of args) {
+    let stat: fs.Stats;
+    try {
+      stat = fs.statSync(arg);
+    } catch {
+      rejected.push({ source: arg, reason: 'no such file or folder; check the path' });
+      continue;
+    }
+    if (stat.isDirectory()) {
+      const files = listDocumentFiles(arg);
+      if (files.length === 0) {
+        rejected.push({
+          source: arg,
+          reason: `the folder holds no ${[...DOCUMENT_EXTENSIONS].join(', ')} files`,
+        });
+      }
+      files.forEach(consider);
+    } else if (stat.isFile()) {
+      consider(arg);
+    } else {
+      rejected.push({ source: arg, reason: 'not a regular file or folder' });
+    }
+  }
+  return { documents, rejected };
+}
+
+/** A document's identity when none is given: the hash of its content, so the same text maps to the same run. */
+export function documentIdFor(bytes: Uint8Array): string {
+  return `sha256-${createHash('sha256').update(bytes).digest('hex').slice(0, 24)}`;
+}
+
+/** The first Markdown heading, else the file name. */
+export function titleOf(text: string, file: string): string {
+  const heading = /^#{1,6}\s+(.+?)\s*#*\s*$/m.exec(text)?.[1];
+  return (heading ?? path.basename(file)).slice(0, 300);
+}
+
+function listDocumentFiles(dir: string): string[] {
+  return fs
+    .readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .map((entry) => path.join(dir, entry))
+    .filter((file) => DOCUMENT_EXTENSIONS.has(path.extname(file).toLowerCase()) && fs.statSync(file).isFile())
+    .sort();
+}

@@ -1,0 +1,88 @@
+import { ApplicationFailure } from '@temporalio/common';
+
+/** Longest server-requested wait we honour; beyond it the retry policy's own backoff applies. */
+const MAX_RETRY_AFTER_MS = 24 * 60 * 60 * 1000;
+
+/** Parses a Retry-After header (seconds or an HTTP date) into milliseconds from now. */
+export function parseRetryAfter(header: string | null | undefined, now = Date.now()): number | undefined {
+  if (header === null || header === undefined || header.trim() === '') return undefined;
+  const trimmed = header.trim();
+  const ms = /^\d+(\.\d+)?$/.test(trimmed) ? Number(trimmed) * 1000 : Date.parse(trimmed) - now;
+  if (!Number.isFinite(ms)) return undefined;
+  return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+}
+
+export interface HttpAnswer {
+  status: number;
+  retryAfterMs: number | undefined;
+  body: string;
+}
+
+export interface PostOptions {
+  headers: Record<string, string>;
+  timeoutMs: number;
+  /** The activity's cancellation signal: a cancelled or timed-out activity stops waiting at once. */
+  signal: AbortSignal;
+  /** Names the remote system in error messages, e.g. "model server" or "publish webhook". */
+  what: string;
+  /** Failure type for errors worth retrying (connection refused or reset, request timeout). */
+  transientType: string;
+}
+
+/** POSTs JSON; a connection error or timeout becomes a retryable ApplicationFailure naming the system. */
+export async function postJson(url: string, body: unknown, options: PostOptions): Promise<HttpAnswer> {
+  const timeout = AbortSignal.timeout(options.timeoutMs);
+  try {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...options.headers },
+      body: JSON.stringify(body),
+      signal: AbortSignal.any([timeout, options.signal]),
+    });
+    return {
+      status: response.status,
+      retryAfterMs: parseRetryAfter(response.headers.get('retry-after')),
+      body: await response.text(),
+    };
+  } catch (err) {
+    if (options.signal.aborted) throw err;
+    const reason = timeout.aborted
+      ? `no answer within ${options.timeoutMs} ms`
+      : `request failed (${describeNetworkError(err)})`;
+    throw ApplicationFailure.create({
+      type: options.transientType,
+      message: `${options.what} at ${url}: ${reason}; will retry`,
+    });
+  }
+}
+
+/** The classic split: 408, 429 and 5xx are worth retrying (after Retry-After when given), other 4xx are not. */
+export function isRetryableStatus(status: number): boolean {
+  return status === 408 || status === 429 || status >= 500;
+}
+
+/** A retryable failure for a transient HTTP status, carrying the server's Retry-After as the next delay. */
+export function transientStatusFailure(answer: HttpAnswer, what: string, type: string): ApplicationFailure {
+  const wait =
+    answer.retryAfterMs !== undefined ? `; Retry-After ${Math.round(answer.retryAfterMs / 1000)} s` : '';
+  return ApplicationFailure.create({
+    type,
+    message: `${what} answered HTTP ${answer.status}${wait}: ${excerpt(answer.body)}; will retry`,
+    nextRetryDelay: answer.retryAfterMs,
+  });
+}
+
+/** Shortens a response body for an error message. */
+export function excerpt(text: string, max = 300): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  if (flat === '') return '(empty body)';
+  return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+}
+
+function describeNetworkError(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+    return `${err.message}${cause}`;
+  }
+  return String(err);
+}

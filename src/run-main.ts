@@ -1,0 +1,16 @@
+import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { ConfigError } from './config';
+
+/** The one ending of every entry point: print the error (without a stack for a config mistake), exit non-zero. */
+export function runMain(run: () => Promise<void>): void {
+  run().catch((err: unknown) => {
+    if (err instanceof ConfigError) console.error(`Configuration error: ${err.message}`);
+    else console.error(err);
+    process.exit(1);
+  });
+}
+
+/** Keeps the SDK's own logs to warnings and errors, so the pipeline's progress lines stay readable. */
+export function quietSdkLogs(): void {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+}

@@ -1,0 +1,168 @@
+/**
+ * Schemas, names and types shared by workflows, activities and clients.
+ * Workflow-safe: no Node builtins, no I/O; it is bundled into the workflow sandbox.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+
+export const DEFAULT_TASK_QUEUE = 'document-pipeline';
+
+/** The three steps, in order. Each is also the explicit activity ID, so idempotency keys read `<runId>:<step>`. */
+export const STEPS = ['summarize', 'tag', 'publish'] as const;
+export type StepName = (typeof STEPS)[number];
+
+/** Bumped whenever PipelineInput changes shape; older inputs are refused with a message, never guessed at. */
+export const INPUT_SCHEMA_VERSION = 1;
+
+/** Failure types that retrying cannot fix; each comes with a message telling the user what to change. */
+export const FailureType = {
+  InvalidInput: 'InvalidInput',
+  InvalidDocument: 'InvalidDocument',
+  UnsupportedSchemaVersion: 'UnsupportedSchemaVersion',
+  ModelRejected: 'ModelRejected',
+  ModelOutputInvalid: 'ModelOutputInvalid',
+  PublishRejected: 'PublishRejected',
+  TransientModelError: 'TransientModelError',
+  TransientPublishError: 'TransientPublishError',
+} as const;
+
+export const DocumentIdSchema = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/,
+    'must be 1-128 characters of letters, digits, ".", "_", ":" or "-", starting with a letter or digit',
+  );
+
+export const TextRefSchema = z
+  .string()
+  .regex(/^sha256:[0-9a-f]{64}$/, 'must be a blob reference of the form "sha256:<64 hex digits>"');
+
+export const PipelineOptionsSchema = z
+  .object({
+    /** Sentences in the summary. */
+    maxSummarySentences: z.number().int().min(1).max(20).default(3),
+    /** Tags to keep. */
+    maxTags: z.number().int().min(1).max(20).default(5),
+    /** Start-to-close timeout of each model call; large documents on slow local models need more. */
+    modelTimeoutSeconds: z.number().int().min(1).max(3600).default(120),
+  })
+  .strict();
+export type PipelineOptions = z.infer<typeof PipelineOptionsSchema>;
+
+export const PipelineInputSchema = z
+  .object({
+    schemaVersion: z.literal(INPUT_SCHEMA_VERSION),
+    documentId: DocumentIdSchema,
+    textRef: TextRefSchema,
+    title: z.string().min(1).max(300),
+    options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
+  })
+  .strict();
+export type PipelineInput = z.input<typeof PipelineInputSchema>;
+export type ParsedPipelineInput = z.output<typeof PipelineInputSchema>;
+
+export const UsageSchema = z.object({
+  inputTokens: z.number().int().min(0),
+  outputTokens: z.number().int().min(0),
+});
+export type Usage = z.infer<typeof UsageSchema>;
+
+export const ModelInfoSchema = z.object({
+  provider: z.enum(['offline', 'openai-compatible']),
+  model: z.string(),
+});
+export type ModelInfo = z.infer<typeof ModelInfoSchema>;
+
+const ModelStepFields = {
+  idempotencyKey: z.string(),
+  model: ModelInfoSchema,
+  usage: UsageSchema,
+  /** True when the answer came from the durable memo: received by an earlier attempt, not paid for again. */
+  memoised: z.boolean(),
+};
+
+export const SummarizeInputSchema = z
+  .object({
+    documentId: DocumentIdSchema,
+    textRef: TextRefSchema,
+    maxSentences: z.number().int().min(1).max(20),
+  })
+  .strict();
+export type SummarizeInput = z.infer<typeof SummarizeInputSchema>;
+export const SummarizeResultSchema = z.object({ summary: z.string(), ...ModelStepFields });
+export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;
+
+export const TagInputSchema = z
+  .object({ documentId: DocumentIdSchema, textRef: TextRefSchema, maxTags: z.number().int().min(1).max(20) })
+  .strict();
+export type TagInput = z.infer<typeof TagInputSchema>;
+export const TagResultSchema = z.object({ tags: z.array(z.string()), ...ModelStepFields });
+export type TagResult = z.infer<typeof TagResultSchema>;
+
+export const PublishInputSchema = z
+  .object({
+    documentId: DocumentIdSchema,
+    title: z.string().min(1).max(300),
+    textRef: TextRefSchema,
+    summary: z.string().min(1),
+    tags: z.array(z.string()),
+    model: ModelInfoSchema,
+  })
+  .strict();
+export type PublishInput = z.infer<typeof PublishInputSchema>;
+export const PublishResultSchema = z.object({
+  idempotencyKey: z.string(),
+  target: z.enum(['sqlite', 'webhook']),
+  documentId: z.string(),
+  /** 1 for the first publication of a document; a reset (new run ID, new key) produces the next one. */
+  revision: z.number().int().min(1),
+  /** True when the target had already seen this key: a retry after a crash, answered with the first result. */
+  duplicate: z.boolean(),
+});
+export type PublishResult = z.infer<typeof PublishResultSchema>;
+
+export interface PipelineResult {
+  documentId: string;
+  title: string;
+  summary: SummarizeResult;
+  tags: TagResult;
+  publication: PublishResult;
+}
+
+export type StepState = 'pending' | 'running' | 'done' | 'failed';
+export interface PipelineProgress {
+  documentId: string;
+  steps: Record<StepName, StepState>;
+}
+
+/** The workflow ID for a document: the same document always maps to the same run, so a resubmission attaches. */
+export function workflowIdFor(documentId: string): string {
+  return `document-${documentId}`;
+}
+
+/**
+ * Parses with zod and turns a failure into a non-retryable ApplicationFailure naming each bad field.
+ * In workflow code a raw ZodError would fail the workflow *task* and leave the run "Running" forever.
+ */
+export function parseOrFail<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  throw ApplicationFailure.create({
+    type: FailureType.InvalidInput,
+    nonRetryable: true,
+    message: `Invalid ${what}: ${describeIssues(parsed.error)}`,
+  });
+}
+
+/** One line per problem, each naming the field, e.g. `options.maxTags: Too big: expected number to be <=20`. */
+export function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .map((issue) => {
+      const field = issue.path.length > 0 ? issue.path.join('.') : '(root)';
+      if (issue.code === 'unrecognized_keys') {
+        return `${field}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}; remove them`;
+      }
+      return `${field}: ${issue.message}`;
+    })
+    .join('; ');
+}

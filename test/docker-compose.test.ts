@@ -1,0 +1,444 @@
+/**
+ * Static checks of docker-compose.yml and the Dockerfile against the code (there is no Docker engine in CI):
+ * ports, service wiring, the worker's environment as loadConfig reads it, the built entry point, pinned images.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import ts from 'typescript';
+import { parse } from 'yaml';
+import { z } from 'zod';
+import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
+import { DEFAULT_TASK_QUEUE } from '../src/shared';
+
+const ROOT = path.resolve(__dirname, '..');
+const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
+
+/** The Temporal frontend's gRPC port inside its container, and the UI image's default listening port. */
+const TEMPORAL_FRONTEND_PORT = 7233;
+const UI_IMAGE_DEFAULT_PORT = 8080;
+
+// ---------------------------------------------------------------------------------------------------------
+// Compose file schema: only the parts the checks read; unknown keys are ignored.
+
+const Scalar = z.union([z.string(), z.number(), z.boolean()]);
+
+const EnvironmentSchema = z.union([z.record(z.string(), Scalar.nullable()), z.array(z.string())]);
+
+const PortSchema = z.union([
+  z.string(),
+  z.number(),
+  z.object({
+    target: z.coerce.number(),
+    published: z.coerce.number().optional(),
+    host_ip: z.string().optional(),
+    protocol: z.string().optional(),
+  }),
+]);
+
+const VolumeMountSchema = z.union([
+  z.string(),
+  z.object({ type: z.string(), source: z.string().optional(), target: z.string() }),
+]);
+
+const ServiceSchema = z.object({
+  image: z.string().optional(),
+  build: z
+    .union([z.string(), z.object({ context: z.string().default('.'), dockerfile: z.string().optional() })])
+    .optional(),
+  container_name: z.string().optional(),
+  environment: EnvironmentSchema.optional(),
+  ports: z.array(PortSchema).optional(),
+  expose: z.array(Scalar).optional(),
+  volumes: z.array(VolumeMountSchema).optional(),
+  depends_on: z
+    .union([z.array(z.string()), z.record(z.string(), z.object({ condition: z.string().optional() }))])
+    .optional(),
+  healthcheck: z.object({ test: z.union([z.string(), z.array(z.string())]) }).optional(),
+  networks: z.union([z.array(z.string()), z.record(z.string(), z.unknown())]).optional(),
+});
+type Service = z.infer<typeof ServiceSchema>;
+
+const ComposeSchema = z.object({
+  services: z.record(z.string(), ServiceSchema),
+  networks: z.record(z.string(), z.unknown()).optional(),
+  volumes: z.record(z.string(), z.unknown()).optional(),
+});
+type Compose = z.infer<typeof ComposeSchema>;
+
+function loadCompose(): Compose {
+  const doc: unknown = parse(fs.readFileSync(COMPOSE_FILE, 'utf8'));
+  return ComposeSchema.parse(doc);
+}
+
+function service(compose: Compose, name: string): Service {
+  const s = compose.services[name];
+  assert.ok(s, `docker-compose.yml has no service "${name}"`);
+  return s;
+}
+
+/** The environment as written in the file; undefined is a bare `KEY` / `KEY:` (passed through from the host). */
+function rawEnvironment(s: Service): Map<string, string | undefined> {
+  const env = new Map<string, string | undefined>();
+  const e = s.environment;
+  if (e === undefined) return env;
+  if (Array.isArray(e)) {
+    for (const entry of e) {
+      const eq = entry.indexOf('=');
+      if (eq === -1) env.set(entry, undefined);
+      else env.set(entry.slice(0, eq), entry.slice(eq + 1));
+    }
+  } else {
+    for (const [k, v] of Object.entries(e)) env.set(k, v === null ? undefined : String(v));
+  }
+  return env;
+}
+
+/** Compose's variable interpolation: $$, $VAR, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}. */
+function interpolate(value: string, host: Record<string, string | undefined>): string {
+  const pattern = /\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))/g;
+  return value.replace(
+    pattern,
+    (_m, dollar?: string, braced?: string, op?: string, arg?: string, bare?: string): string => {
+      if (dollar !== undefined) return '$';
+      const name = braced ?? bare ?? '';
+      const v = host[name];
+      const missing = op?.startsWith(':') ? v === undefined || v === '' : v === undefined;
+      if (!missing) return v ?? '';
+      if (op === ':?' || op === '?') throw new Error(`required variable ${name} is not set: ${arg ?? ''}`);
+      return arg ?? '';
+    },
+  );
+}
+
+/** The environment a container would get, given the host's environment (which compose interpolates from). */
+function containerEnvironment(s: Service, host: Record<string, string | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of rawEnvironment(s)) {
+    if (v === undefined) {
+      const passed = host[k];
+      if (passed !== undefined) out[k] = passed;
+    } else {
+      out[k] = interpolate(v, host);
+    }
+  }
+  return out;
+}
+
+interface PortMapping {
+  published: number | undefined;
+  target: number;
+}
+
+function portMappings(s: Service): PortMapping[] {
+  return (s.ports ?? []).map((p) => {
+    if (typeof p === 'number') return { published: undefined, target: p };
+    if (typeof p === 'object') return { published: p.published, target: p.target };
+    // [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]
+    const parts = p.split('/')[0]?.split(':') ?? [];
+    const target = Number(parts.at(-1));
+    const published = parts.length >= 2 ? Number(parts.at(-2)) : undefined;
+    return { published, target };
+  });
+}
+
+function networksOf(s: Service): string[] {
+  if (s.networks === undefined) return ['default'];
+  return Array.isArray(s.networks) ? s.networks : Object.keys(s.networks);
+}
+
+function dependsOn(s: Service): Map<string, string> {
+  const deps = new Map<string, string>();
+  if (Array.isArray(s.depends_on)) for (const d of s.depends_on) deps.set(d, 'service_started');
+  else for (const [d, v] of Object.entries(s.depends_on ?? {})) deps.set(d, v.condition ?? 'service_started');
+  return deps;
+}
+
+function bindMounts(s: Service): { source: string; target: string }[] {
+  return (s.volumes ?? []).flatMap((v) => {
+    if (typeof v === 'object') return v.source === undefined ? [] : [{ source: v.source, target: v.target }];
+    const [source, target] = v.split(':');
+    return source !== undefined && target !== undefined ? [{ source, target }] : [];
+  });
+}
+
+/** `host:port` → its parts; fails the test on anything else. */
+function splitAddress(address: string | undefined): { host: string; port: number } {
+  const m = /^([A-Za-z0-9._-]+):(\d+)$/.exec(address ?? '');
+  assert.ok(m?.[1] !== undefined && m[2] !== undefined, `"${address ?? ''}" is not of the form host:port`);
+  return { host: m[1], port: Number(m[2]) };
+}
+
+/** Splits an image reference into name and tag; a digest-pinned reference counts as pinned. */
+function imageTag(ref: string): { name: string; tag: string | undefined; digest: boolean } {
+  const [nameAndTag = '', digest] = ref.split('@');
+  const slash = nameAndTag.lastIndexOf('/');
+  const colon = nameAndTag.lastIndexOf(':');
+  if (colon > slash)
+    return { name: nameAndTag.slice(0, colon), tag: nameAndTag.slice(colon + 1), digest: !!digest };
+  return { name: nameAndTag, tag: undefined, digest: !!digest };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dockerfile: instructions grouped by stage (line continuations joined, comments dropped).
+
+interface Stage {
+  from: string;
+  alias: string | undefined;
+  instructions: { op: string; args: string }[];
+}
+
+function parseDockerfile(file: string): Stage[] {
+  const lines = fs.readFileSync(file, 'utf8').split(/\r?\n/);
+  const logical: string[] = [];
+  let current = '';
+  for (const line of lines) {
+    if (current === '' && /^\s*#/.test(line)) continue;
+    const continued = /\\\s*$/.test(line);
+    current += (current === '' ? '' : ' ') + line.replace(/\\\s*$/, '').trim();
+    if (!continued) {
+      if (current.trim() !== '') logical.push(current.trim());
+      current = '';
+    }
+  }
+  if (current.trim() !== '') logical.push(current.trim());
+
+  const stages: Stage[] = [];
+  for (const l of logical) {
+    const m = /^(\S+)\s*(.*)$/.exec(l);
+    const op = m?.[1]?.toUpperCase() ?? '';
+    const args = m?.[2] ?? '';
+    if (op === 'FROM') {
+      const from = /^(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?/i.exec(args);
+      stages.push({ from: from?.[1] ?? '', alias: from?.[2], instructions: [] });
+    } else {
+      stages.at(-1)?.instructions.push({ op, args });
+    }
+  }
+  return stages;
+}
+
+/** The value the last instruction `op` in a stage sets (WORKDIR, USER, CMD...). */
+function lastArg(stage: Stage, op: string): string | undefined {
+  return stage.instructions.filter((i) => i.op === op).at(-1)?.args;
+}
+
+/** Where `tsc -p tsconfig.json` writes the JavaScript for a source file, relative to the project root. */
+function compiledPath(sourceFile: string): { js: string; outDir: string } {
+  const configFile = path.join(ROOT, 'tsconfig.json');
+  const read = ts.readConfigFile(configFile, (p) => ts.sys.readFile(p));
+  assert.equal(read.error, undefined, 'tsconfig.json does not parse');
+  const parsed = ts.parseJsonConfigFileContent(read.config, ts.sys, ROOT, undefined, configFile);
+  const outDir = parsed.options.outDir;
+  assert.ok(outDir !== undefined, 'tsconfig.json sets no outDir');
+  const input = path.join(ROOT, sourceFile).split(path.sep).join('/');
+  assert.ok(parsed.fileNames.includes(input), `tsconfig.json does not compile ${sourceFile}`);
+  const js = ts.getOutputFileNames(parsed, input, false).find((f) => f.endsWith('.js'));
+  assert.ok(js !== undefined, `tsc would emit no JavaScript for ${sourceFile}`);
+  const rel = (p: string) => path.relative(ROOT, p).split(path.sep).join('/');
+  return { js: rel(js), outDir: rel(outDir) };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+describe('docker-compose.yml', () => {
+  it('parses and has the five services', () => {
+    const compose = loadCompose();
+    for (const name of ['postgresql', 'temporal', 'temporal-admin-tools', 'temporal-ui', 'worker']) {
+      service(compose, name);
+    }
+  });
+
+  it('publishes the same host ports as the embedded dev server', () => {
+    const compose = loadCompose();
+    const grpc = portMappings(service(compose, 'temporal')).find(
+      (p) => p.published === DEFAULT_TEMPORAL_PORT,
+    );
+    assert.ok(grpc, `temporal does not publish host port ${String(DEFAULT_TEMPORAL_PORT)}`);
+    assert.equal(grpc.target, TEMPORAL_FRONTEND_PORT);
+
+    const uiService = service(compose, 'temporal-ui');
+    const uiPort = Number(rawEnvironment(uiService).get('TEMPORAL_UI_PORT') ?? UI_IMAGE_DEFAULT_PORT);
+    const ui = portMappings(uiService).find((p) => p.published === DEFAULT_UI_PORT);
+    assert.ok(ui, `temporal-ui does not publish host port ${String(DEFAULT_UI_PORT)}`);
+    assert.equal(ui.target, uiPort, 'temporal-ui maps the host port to a port the UI does not listen on');
+  });
+
+  it('sets only environment variables the code reads on the worker', () => {
+    const known = new Set<string>(CONFIG_VARIABLES);
+    const unknown = [...rawEnvironment(service(loadCompose(), 'worker')).keys()].filter((k) => !known.has(k));
+    assert.deepEqual(unknown, [], `worker sets variables src/config.ts never reads: ${unknown.join(', ')}`);
+  });
+
+  it('points the worker, the UI and the admin tools at the temporal service', () => {
+    const compose = loadCompose();
+    const temporal = service(compose, 'temporal');
+    const grpc = portMappings(temporal).find((p) => p.published === DEFAULT_TEMPORAL_PORT);
+    for (const name of ['worker', 'temporal-ui', 'temporal-admin-tools']) {
+      const s = service(compose, name);
+      const { host, port } = splitAddress(rawEnvironment(s).get('TEMPORAL_ADDRESS'));
+      assert.equal(host, 'temporal', `${name}'s TEMPORAL_ADDRESS does not name the temporal service`);
+      assert.equal(
+        port,
+        grpc?.target ?? TEMPORAL_FRONTEND_PORT,
+        `${name}'s TEMPORAL_ADDRESS has the wrong port`,
+      );
+      const shared = networksOf(s).filter((n) => networksOf(temporal).includes(n));
+      assert.notDeepEqual(shared, [], `${name} shares no network with temporal`);
+      assert.ok(dependsOn(s).has('temporal'), `${name} does not depend on temporal`);
+    }
+  });
+
+  it('declares every network the services join', () => {
+    const compose = loadCompose();
+    const declared = new Set(['default', ...Object.keys(compose.networks ?? {})]);
+    for (const [name, s] of Object.entries(compose.services)) {
+      for (const n of networksOf(s)) assert.ok(declared.has(n), `${name} joins undeclared network ${n}`);
+    }
+  });
+
+  it("gives the worker the code's default task queue", () => {
+    const env = rawEnvironment(service(loadCompose(), 'worker'));
+    assert.equal(env.get('TEMPORAL_TASK_QUEUE'), DEFAULT_TASK_QUEUE);
+  });
+
+  it('leaves the passed-through worker variables optional', () => {
+    for (const [k, v] of rawEnvironment(service(loadCompose(), 'worker'))) {
+      for (const ref of (v ?? '').matchAll(/\$\{([^}]*)\}/g)) {
+        assert.match(ref[1] ?? '', /^[A-Za-z_][A-Za-z0-9_]*:-/, `${k}: ${ref[0]} has no default`);
+      }
+    }
+  });
+
+  it('gives the worker an environment loadConfig accepts, with nothing set on the host', () => {
+    const compose = loadCompose();
+    const worker = service(compose, 'worker');
+    const runtime = parseDockerfile(path.join(ROOT, 'Dockerfile')).at(-1);
+    const workdir = runtime !== undefined ? (lastArg(runtime, 'WORKDIR') ?? '/') : '/';
+
+    const config = loadConfig(containerEnvironment(worker, {}), workdir);
+    assert.equal(config.temporalAddress, 'temporal:7233');
+    assert.equal(config.namespace, 'default');
+    assert.equal(config.taskQueue, DEFAULT_TASK_QUEUE);
+    assert.equal(config.dataDir, '/app/data');
+    assert.deepEqual(config.model, { kind: 'offline' });
+    assert.deepEqual(config.publisher, { kind: 'sqlite' });
+
+    // The data dir is a mount (it survives the container), and the same directory the host client (run with
+    // no DATA_DIR) uses.
+    const mount = bindMounts(worker).find((m) => m.target === config.dataDir);
+    assert.ok(mount, `the worker's data dir ${config.dataDir} is not a mounted volume`);
+    const hostClient = loadConfig({ ...containerEnvironment(worker, {}), DATA_DIR: undefined }, ROOT);
+    assert.equal(path.resolve(ROOT, mount.source), hostClient.dataDir, 'host and worker data dirs differ');
+  });
+
+  it("passes the host's model and webhook settings through to the worker", () => {
+    const host = {
+      OPENAI_BASE_URL: 'http://host.docker.internal:11434/v1',
+      OPENAI_API_KEY: 'sk-test',
+      OPENAI_MODEL: 'llama3.2',
+      PUBLISH_WEBHOOK_URL: 'https://example.test/hook',
+    };
+    const config = loadConfig(containerEnvironment(service(loadCompose(), 'worker'), host), '/app');
+    assert.deepEqual(config.model, {
+      kind: 'openai-compatible',
+      baseUrl: host.OPENAI_BASE_URL,
+      apiKey: host.OPENAI_API_KEY,
+      model: host.OPENAI_MODEL,
+    });
+    assert.deepEqual(config.publisher, { kind: 'webhook', url: host.PUBLISH_WEBHOOK_URL });
+  });
+
+  it('lets the worker scale (no fixed container name, no host port)', () => {
+    const worker = service(loadCompose(), 'worker');
+    assert.equal(worker.container_name, undefined);
+    assert.deepEqual(portMappings(worker), []);
+  });
+
+  it("points temporal's database settings at the postgresql service", () => {
+    const compose = loadCompose();
+    const temporal = rawEnvironment(service(compose, 'temporal'));
+    const pg = service(compose, 'postgresql');
+    const pgEnv = rawEnvironment(pg);
+
+    assert.match(temporal.get('DB') ?? '', /^postgres12(_pgx)?$/);
+    const seeds = temporal.get('POSTGRES_SEEDS') ?? '';
+    assert.equal(seeds, 'postgresql');
+    assert.match(imageTag(service(compose, seeds).image ?? '').name, /(^|\/)postgres$/);
+    assert.equal(temporal.get('DB_PORT'), pgEnv.get('PGPORT') ?? '5432');
+    assert.ok(pgEnv.get('POSTGRES_USER'), 'postgresql sets no POSTGRES_USER');
+    assert.equal(temporal.get('POSTGRES_USER'), pgEnv.get('POSTGRES_USER'));
+    assert.ok(pgEnv.get('POSTGRES_PASSWORD'), 'postgresql sets no POSTGRES_PASSWORD');
+    assert.equal(temporal.get('POSTGRES_PWD'), pgEnv.get('POSTGRES_PASSWORD'));
+
+    assert.equal(dependsOn(service(compose, 'temporal')).get('postgresql'), 'service_healthy');
+    assert.ok(pg.healthcheck, 'postgresql has no healthcheck, so service_healthy never happens');
+    const dataVolume = (pg.volumes ?? []).find(
+      (v) => typeof v === 'string' && v.endsWith(':/var/lib/postgresql/data'),
+    );
+    const volumeName = typeof dataVolume === 'string' ? dataVolume.split(':')[0] : undefined;
+    assert.ok(
+      volumeName !== undefined && volumeName in (compose.volumes ?? {}),
+      'postgres data is not a named volume',
+    );
+  });
+
+  it('pins every image to a tag', () => {
+    const compose = loadCompose();
+    const refs: string[] = [];
+    for (const [name, s] of Object.entries(compose.services)) {
+      if (s.image === undefined) assert.ok(s.build !== undefined, `${name} has neither image nor build`);
+      else refs.push(s.image);
+    }
+    const stages = parseDockerfile(path.join(ROOT, 'Dockerfile'));
+    const aliases = new Set(stages.map((s) => s.alias?.toLowerCase()));
+    refs.push(...stages.map((s) => s.from).filter((f) => !aliases.has(f.toLowerCase())));
+
+    for (const ref of refs) {
+      const { tag, digest } = imageTag(ref);
+      assert.ok(digest || (tag !== undefined && tag !== '' && tag !== 'latest'), `${ref} is not pinned`);
+    }
+    assert.match(service(compose, 'temporal').image ?? '', /^temporalio\/auto-setup:1\.2\d\.\d+/);
+  });
+});
+
+describe('Dockerfile', () => {
+  const file = path.join(ROOT, 'Dockerfile');
+
+  it('is the one the worker service builds', () => {
+    const build = service(loadCompose(), 'worker').build;
+    assert.ok(build !== undefined, 'worker has no build section');
+    const context = typeof build === 'string' ? build : build.context;
+    const dockerfile = typeof build === 'string' ? 'Dockerfile' : (build.dockerfile ?? 'Dockerfile');
+    assert.equal(path.resolve(ROOT, context, dockerfile), file);
+  });
+
+  it('runs the file tsc emits for src/worker.ts, as a non-root user', () => {
+    const runtime = parseDockerfile(file).at(-1);
+    assert.ok(runtime, 'Dockerfile has no stage');
+    const cmd = z
+      .array(z.string())
+      .min(2)
+      .parse(JSON.parse(lastArg(runtime, 'CMD') ?? 'null'));
+    const workdir = lastArg(runtime, 'WORKDIR') ?? '/';
+    const { js, outDir } = compiledPath('src/worker.ts');
+
+    assert.equal(cmd[0], 'node');
+    assert.equal(path.posix.resolve(workdir, cmd[1] ?? ''), path.posix.join(workdir, js));
+    assert.equal(lastArg(runtime, 'USER'), 'node');
+
+    // The compiled output reaches the runtime stage from a build stage.
+    const copiesOutDir = runtime.instructions.some(
+      (i) =>
+        i.op === 'COPY' &&
+        /--from=/.test(i.args) &&
+        path.posix.resolve(workdir, i.args.split(/\s+/).at(-1) ?? '') === path.posix.join(workdir, outDir),
+    );
+    assert.ok(copiesOutDir, `the runtime stage does not copy ${outDir}/ from a build stage`);
+    const installsProdDeps = parseDockerfile(file).some((s) =>
+      s.instructions.some((i) => i.op === 'RUN' && /npm ci\b.*--omit=dev/.test(i.args)),
+    );
+    assert.ok(installsProdDeps, 'no stage installs production dependencies with npm ci --omit=dev');
+  });
+});

@@ -1,0 +1,131 @@
+import { ApplicationFailure, defineQuery, proxyActivities, setHandler } from '@temporalio/workflow';
+import type { ActivityOptions } from '@temporalio/workflow';
+import type { PipelineActivities } from '../activities';
+import {
+  FailureType,
+  INPUT_SCHEMA_VERSION,
+  parseOrFail,
+  PipelineInputSchema,
+  PublishResultSchema,
+  SummarizeResultSchema,
+  TagResultSchema,
+} from '../src/shared';
+import type { PipelineProgress, PipelineResult, StepName } from '../src/shared';
+
+/** Live step states, for progress displays; answered from workflow memory, no history read needed. */
+export const progressQuery = defineQuery<PipelineProgress>('progress');
+
+/**
+ * Model steps: a dead worker is noticed by the heartbeat timeout (the activity heartbeats every 2 s), a hung
+ * call by the start-to-close timeout, which the input may raise for big documents. Provider errors are retried
+ * with backoff; a 429's Retry-After overrides the backoff through the failure's nextRetryDelay.
+ */
+const modelStepOptions: ActivityOptions = {
+  startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '10 seconds',
+  retry: {
+    initialInterval: '2 seconds',
+    backoffCoefficient: 2,
+    maximumInterval: '2 minutes',
+    maximumAttempts: 6,
+  },
+};
+
+/** Publish: the target dedupes by key, so retrying is safe; a down target is retried for up to about an hour. */
+const publishOptions: ActivityOptions = {
+  activityId: 'publish',
+  startToCloseTimeout: '1 minute',
+  heartbeatTimeout: '10 seconds',
+  retry: {
+    initialInterval: '5 seconds',
+    backoffCoefficient: 2,
+    maximumInterval: '10 minutes',
+    maximumAttempts: 10,
+  },
+};
+
+const { publish } = proxyActivities<PipelineActivities>(publishOptions);
+
+/**
+ * Summarize, tag, publish one document. The event history is the checkpoint: after a crash, replay skips every
+ * step whose completion is recorded, and only the unfinished step runs again, under the same idempotency key.
+ * Each activity ID is the step name, so keys read `<runId>:summarize`, `<runId>:tag`, `<runId>:publish`.
+ */
+export async function documentPipeline(rawInput: unknown): Promise<PipelineResult> {
+  refuseOldSchema(rawInput);
+  const input = parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
+  const { documentId, textRef, title, options } = input;
+
+  const progress: PipelineProgress = {
+    documentId,
+    steps: { summarize: 'pending', tag: 'pending', publish: 'pending' },
+  };
+  setHandler(progressQuery, () => progress);
+  const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
+    progress.steps[name] = 'running';
+    try {
+      const result = await run();
+      progress.steps[name] = 'done';
+      return result;
+    } catch (err) {
+      progress.steps[name] = 'failed';
+      throw err;
+    }
+  };
+
+  // The model timeout is per document, so these two proxies are made per run from the module-level defaults.
+  const modelTimeout = { startToCloseTimeout: `${options.modelTimeoutSeconds} seconds` } as const;
+  const { summarize } = proxyActivities<PipelineActivities>({
+    ...modelStepOptions,
+    ...modelTimeout,
+    activityId: 'summarize',
+  });
+  const { tag } = proxyActivities<PipelineActivities>({
+    ...modelStepOptions,
+    ...modelTimeout,
+    activityId: 'tag',
+  });
+
+  const summary = parseOrFail(
+    SummarizeResultSchema,
+    await step('summarize', () =>
+      summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
+    ),
+    'summarize result',
+  );
+  const tags = parseOrFail(
+    TagResultSchema,
+    await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags })),
+    'tag result',
+  );
+  const publication = parseOrFail(
+    PublishResultSchema,
+    await step('publish', () =>
+      publish({
+        documentId,
+        title,
+        textRef,
+        summary: summary.summary,
+        tags: tags.tags,
+        model: summary.model,
+      }),
+    ),
+    'publish result',
+  );
+  return { documentId, title, summary, tags, publication };
+}
+
+/** Inputs written by older code get a clear refusal instead of a guess at what their fields meant. */
+function refuseOldSchema(rawInput: unknown): void {
+  if (typeof rawInput !== 'object' || rawInput === null || !('schemaVersion' in rawInput)) return;
+  const version = rawInput.schemaVersion;
+  if (typeof version === 'number' && version !== INPUT_SCHEMA_VERSION) {
+    throw ApplicationFailure.create({
+      type: FailureType.UnsupportedSchemaVersion,
+      nonRetryable: true,
+      message:
+        `pipeline input has schemaVersion ${version}, but this worker understands only ${INPUT_SCHEMA_VERSION}; ` +
+        'resubmit the document with the current client, or run a worker of the matching version',
+    });
+  }
+}
