@@ -25,7 +25,7 @@ const nodeBuiltins = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', 'data/', '.tmp/', 'eslint.config.mjs'] },
+  { ignores: ['node_modules/', 'dist/', 'data/', '.tmp/', '.tools/', 'eslint.config.mjs'] },
   ...tseslint.configs.recommended,
   {
     languageOptions: {
