@@ -44,6 +44,12 @@ const EnvSchema = z.object({
   OPENAI_API_KEY: optionalText,
   OPENAI_MODEL: optionalText,
   MODEL_REQUEST_TIMEOUT_MS: positiveInt(90_000),
+  OFFLINE_MODEL_LATENCY_MS: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 0 : Number(s)))
+    .pipe(z.number().int().min(0).max(600_000)),
   PUBLISH_WEBHOOK_URL: optionalUrl,
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
@@ -64,6 +70,8 @@ export interface Config {
     | { kind: 'offline' }
     | { kind: 'openai-compatible'; baseUrl: string; apiKey: string | undefined; model: string };
   modelRequestTimeoutMs: number;
+  /** Artificial latency of the offline model, to watch crashes land inside model calls (demos, chaos tests). */
+  offlineModelLatencyMs: number;
   publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
   publishRequestTimeoutMs: number;
   maxDocumentBytes: number;
@@ -111,6 +119,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
           }
         : { kind: 'offline' },
     modelRequestTimeoutMs: e.MODEL_REQUEST_TIMEOUT_MS,
+    offlineModelLatencyMs: e.OFFLINE_MODEL_LATENCY_MS,
     publisher:
       e.PUBLISH_WEBHOOK_URL !== undefined
         ? { kind: 'webhook', url: e.PUBLISH_WEBHOOK_URL }

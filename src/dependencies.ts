@@ -24,7 +24,7 @@ export function dataPaths(dataDir: string) {
 
 /** The model chosen by the environment: OpenAI-compatible when OPENAI_BASE_URL is set, else the offline one. */
 export function createModel(config: Config): DocumentModel {
-  if (config.model.kind === 'offline') return new OfflineModel();
+  if (config.model.kind === 'offline') return new OfflineModel(config.offlineModelLatencyMs);
   return new OpenAICompatibleModel({
     baseUrl: config.model.baseUrl,
     model: config.model.model,

@@ -1,0 +1,503 @@
+/**
+ * The embedded offline model: extractive summaries and keyword tags computed from the text with wink-nlp.
+ * Everything here is pure and deterministic; the wink model is loaded on first use, not on import.
+ */
+import type WinkFn from 'wink-nlp';
+import type { ItemSentence, ItemToken, Model, WinkMethods } from 'wink-nlp';
+
+let cachedNlp: WinkMethods | undefined;
+
+function nlp(): WinkMethods {
+  if (cachedNlp === undefined) {
+    // Required here rather than imported: loading and decoding the model costs ~200 ms.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const winkNLP: typeof WinkFn = require('wink-nlp');
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const model: Model = require('wink-eng-lite-web-model');
+    // Only sentence boundaries and parts of speech are needed; NER, sentiment and negation would cost time.
+    cachedNlp = winkNLP(model, ['sbd', 'pos']);
+  }
+  return cachedNlp;
+}
+
+type BlockKind = 'heading' | 'prose' | 'list';
+interface Block {
+  kind: BlockKind;
+  text: string;
+  /** Character ranges of `text` that were inline code spans. */
+  code: Array<[number, number]>;
+}
+
+const FENCE = /^\s*(`{3,}|~{3,})/;
+const ATX_HEADING = /^\s{0,3}#{1,6}(?:\s+(.*?))?\s*#*\s*$/;
+const SETEXT_UNDERLINE = /^\s{0,3}(?:=+|-+)\s*$/;
+const THEMATIC_BREAK = /^\s{0,3}(?:(?:\*\s*){3,}|(?:-\s*){3,}|(?:_\s*){3,})$/;
+const LIST_ITEM = /^(\s*)(?:[-*+]|\d{1,9}[.)])\s+/;
+const TABLE_SEPARATOR = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$/;
+const LINK_DEFINITION = /^\s{0,3}\[[^\]]+\]:\s*\S+/;
+const WHOLE_LINE_HTML = /^\s*<\/?[A-Za-z][^>]*>.*(?:<\/[A-Za-z][^>]*>|>)\s*$/;
+const INDENTED = /^(?: {4}|\t)/;
+
+/** Splits Markdown into heading, prose and list blocks of plain text, dropping code, tables and markup. */
+function markdownBlocks(markdown: string): Block[] {
+  const text = markdown
+    .replace(/\r\n?/g, '\n')
+    .replace(/<!--[\s\S]*?(?:-->|$)/g, '')
+    .replace(/<pre\b[\s\S]*?(?:<\/pre>|$)/gi, '')
+    .replace(/\{\{#[^}]*\}\}/g, '');
+  const blocks: Block[] = [];
+  let current: { kind: BlockKind; lines: string[]; quoted: boolean } | undefined;
+  let fence: { char: string; length: number } | undefined;
+  let inIndentedCode = false;
+  let inList = false;
+  let afterBlank = true;
+
+  const flush = (): void => {
+    if (current !== undefined) {
+      const cleaned = cleanInline(current.lines.join(' '));
+      if (/[\p{L}\p{N}]/u.test(cleaned.text)) blocks.push({ kind: current.kind, ...cleaned });
+    }
+    current = undefined;
+  };
+
+  for (const rawLine of text.split('\n')) {
+    // Block quotes are read as their content, so fences and lists inside them are handled like any other.
+    const line = rawLine.replace(/^\s*(?:>\s?)+/, '');
+    const quoted = line.length !== rawLine.length;
+    if (fence !== undefined) {
+      const marker = FENCE.exec(line)?.[1];
+      if (marker !== undefined && marker[0] === fence.char && marker.length >= fence.length) {
+        if (line.trim() === marker) fence = undefined;
+      }
+      continue;
+    }
+    const open = FENCE.exec(line)?.[1];
+    if (open !== undefined) {
+      flush();
+      fence = { char: open[0] ?? '`', length: open.length };
+      continue;
+    }
+    if (line.trim() === '') {
+      flush();
+      afterBlank = true;
+      continue;
+    }
+    if (INDENTED.test(line) && (inIndentedCode || (afterBlank && !inList && current === undefined))) {
+      inIndentedCode = true;
+      continue;
+    }
+    inIndentedCode = false;
+    if (current !== undefined && current.quoted !== quoted) flush();
+    const wasAfterBlank = afterBlank;
+    afterBlank = false;
+
+    if (current !== undefined && current.kind === 'prose' && current.lines.length === 1) {
+      if (SETEXT_UNDERLINE.test(line)) {
+        current.kind = 'heading';
+        flush();
+        continue;
+      }
+    }
+    if (THEMATIC_BREAK.test(line) || LINK_DEFINITION.test(line) || WHOLE_LINE_HTML.test(line)) {
+      flush();
+      continue;
+    }
+    if (TABLE_SEPARATOR.test(line) && line.includes('|')) {
+      // The line before a separator is the table's header row.
+      if (current !== undefined && (current.lines.at(-1) ?? '').includes('|')) current.lines.pop();
+      flush();
+      continue;
+    }
+    if (/^\s*\|/.test(line)) {
+      flush();
+      continue;
+    }
+    const heading = ATX_HEADING.exec(line);
+    if (heading !== null) {
+      flush();
+      current = { kind: 'heading', lines: [heading[1] ?? ''], quoted };
+      flush();
+      inList = false;
+      continue;
+    }
+    const bullet = LIST_ITEM.exec(line);
+    if (bullet !== null) {
+      flush();
+      current = { kind: 'list', lines: [line.slice(bullet[0].length)], quoted };
+      inList = true;
+      continue;
+    }
+    if (current === undefined) {
+      // After a blank line, an indented paragraph continues a list item; an unindented one ends the list.
+      if (wasAfterBlank && !/^\s/.test(line)) inList = false;
+      current = { kind: inList ? 'list' : 'prose', lines: [], quoted };
+    }
+    current.lines.push(line.trim());
+  }
+  flush();
+  return blocks;
+}
+
+const ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
+
+/** Removes inline Markdown and HTML markup, keeping link text and the content of code spans (without backticks). */
+function cleanInline(text: string): { text: string; code: Array<[number, number]> } {
+  const codeSpans: string[] = [];
+  // Code spans are set aside first so their underscores and brackets are not mistaken for markup.
+  let out = text.replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (_match, _ticks: string, code: string) => {
+    codeSpans.push(code.trim().replace(/\s+/g, ' '));
+    return `\uE000${codeSpans.length - 1}\uE001`;
+  });
+  out = out
+    .replace(/!\[[^\]]*\](?:\((?:[^()]|\([^()]*\))*\)|\[[^\]]*\])?/g, '')
+    .replace(/\[([^\]]+)\]\((?:[^()]|\([^()]*\))*\)/g, '$1')
+    .replace(/\[([^\]]+)\]\[[^\]]*\]/g, '$1')
+    .replace(/\[([^\]]+)\](?![[(:])/g, '$1')
+    .replace(/<((?:https?|mailto):[^>\s]+)>/g, '$1')
+    .replace(/<\/?[A-Za-z][^>]*>/g, '')
+    .replace(/&(amp|lt|gt|quot|apos|nbsp);/g, (_match, name: string) => ENTITIES[name] ?? '')
+    .replace(/&#(\d+);/g, (_match, code: string) => String.fromCodePoint(Number(code)))
+    .replace(/(\*\*|__)(?=\S)([\s\S]*?\S)\1/g, '$2')
+    .replace(/(^|[^\p{L}\p{N}*\\])\*(?=\S)([\s\S]*?\S)\*(?![\p{L}\p{N}])/gu, '$1$2')
+    .replace(/(^|[^\p{L}\p{N}_\\])_(?=\S)([\s\S]*?\S)_(?![\p{L}\p{N}])/gu, '$1$2')
+    .replace(/~~(?=\S)([\s\S]*?\S)~~/g, '$1')
+    .replace(/\\([\\`*_{}[\]()#+\-.!|<>~])/g, '$1')
+    .replace(/\s+/g, ' ')
+    .trim();
+  let plain = '';
+  const code: Array<[number, number]> = [];
+  let last = 0;
+  for (const match of out.matchAll(/\uE000(\d+)\uE001/g)) {
+    plain += out.slice(last, match.index);
+    const span = codeSpans[Number(match[1])] ?? '';
+    code.push([plain.length, plain.length + span.length]);
+    plain += span;
+    last = match.index + match[0].length;
+  }
+  return { text: plain + out.slice(last), code };
+}
+
+/** The Markdown as the offline model reads it: plain-text blocks separated by blank lines, code removed. */
+export function markdownToPlainText(markdown: string): string {
+  return markdownBlocks(markdown)
+    .map((block) => block.text)
+    .join('\n\n');
+}
+
+const CONTENT_POS = new Set(['NOUN', 'PROPN', 'VERB', 'ADJ', 'ADV']);
+const TAG_POS = new Set(['NOUN', 'PROPN', 'ADJ']);
+const TAG_WORD = /^\p{Ll}[\p{Ll}'’-]*\p{Ll}$/u;
+/** Words about the document's layout rather than its subject; never useful as tags. */
+const LAYOUT_WORDS = new Set('chapter section listing figure table example filename page'.split(' '));
+/** Lemmas wink gets technically right but that read badly as tags. */
+const TAG_SPELLING: Record<string, string> = { datum: 'data' };
+const HEADING_WEIGHT = 3;
+const MAX_SENTENCE_CHARS = 400;
+
+interface Token {
+  lemma: string;
+  pos: string;
+  isWord: boolean;
+  isStop: boolean;
+  /** Inside an inline code span: an identifier, not a word of the prose. */
+  inCode: boolean;
+}
+
+interface Sentence {
+  kind: BlockKind;
+  /** Verbatim text of the sentence within its cleaned block. */
+  text: string;
+  tokens: Token[];
+  /** Belongs to the first prose paragraph, which usually introduces the subject. */
+  lead: boolean;
+}
+
+/**
+ * wink's typings declare `its.lemma` with a parameter list that `out()` does not accept, although it works at
+ * run time; this view of a token's `out` accepts it, and an ItemToken satisfies it structurally.
+ */
+interface LemmaOut {
+  out(itsf: WinkMethods['its']['lemma']): string | undefined;
+}
+
+function lemmaOf(token: LemmaOut, its: WinkMethods['its']): string | undefined {
+  return token.out(its.lemma);
+}
+
+let memo: { text: string; sentences: Sentence[] } | undefined;
+
+/** Cleans the Markdown and splits it into analysed sentences; the last result is kept, as summary and tags share it. */
+function analyse(markdown: string): Sentence[] {
+  if (memo !== undefined && memo.text === markdown) return memo.sentences;
+  const winkNlp = nlp();
+  const { its } = winkNlp;
+  const sentences: Sentence[] = [];
+  const sentenceInitial: Array<{ token: Token; word: string }> = [];
+  let lead = true;
+  for (const block of markdownBlocks(markdown)) {
+    // Title Case makes wink tag heading words as unlemmatised proper nouns; lower case reads them as words.
+    const lower = block.text.toLowerCase();
+    const analysed = block.kind === 'heading' && lower.length === block.text.length ? lower : block.text;
+    const doc = winkNlp.readDoc(analysed);
+    const tokens: Token[] = [];
+    const values: string[] = [];
+    const starts: number[] = [];
+    const ends: number[] = [];
+    let cursor = 0;
+    doc.tokens().each((token: ItemToken) => {
+      const value = token.out();
+      const found = analysed.indexOf(value, cursor);
+      const start = found === -1 ? cursor : found;
+      cursor = found === -1 ? cursor : found + value.length;
+      values.push(value);
+      starts.push(start);
+      ends.push(cursor);
+      // wink has no lemma for a few contractions such as "cannot"; the normalised form serves instead.
+      const lemma = lemmaOf(token, its) ?? token.out(its.normal);
+      tokens.push({
+        lemma: lemma.toLowerCase(),
+        pos: token.out(its.pos),
+        isWord: token.out(its.type) === 'word',
+        isStop: token.out(its.stopWordFlag) === true,
+        inCode: block.code.some(([from, to]) => start >= from && start < to),
+      });
+    });
+    const ranges: Array<{ first: number; last: number }> = [];
+    doc.sentences().each((sentence: ItemSentence) => {
+      const sentenceTokens = sentence.tokens();
+      const first = sentenceTokens.itemAt(0).index();
+      const last = sentenceTokens.itemAt(sentenceTokens.length() - 1).index();
+      const previous = ranges.at(-1);
+      const start = starts[first] ?? 0;
+      const next = analysed.slice(start, start + 1);
+      // wink ends sentences inside file names and after code such as `panic!`; the tell is a "sentence" that
+      // starts in lower case or with punctuation, or with no space after the previous one.
+      const spurious =
+        /^[\p{Ll}.,;:)\]}]/u.test(next) || (previous !== undefined && start === ends[previous.last]);
+      if (previous !== undefined && spurious) previous.last = last;
+      else ranges.push({ first, last });
+    });
+    for (const { first, last } of ranges) {
+      const firstWord = tokens.findIndex((token, index) => index >= first && token.isWord);
+      const token = tokens[firstWord];
+      const word = values[firstWord] ?? '';
+      if (token !== undefined && token.pos === 'PROPN' && /^\p{Lu}\p{Ll}+$/u.test(word)) {
+        sentenceInitial.push({ token, word: word.toLowerCase() });
+      }
+      sentences.push({
+        kind: block.kind,
+        text: block.text.slice(starts[first] ?? 0, ends[last] ?? block.text.length).trim(),
+        tokens: tokens.slice(first, last + 1),
+        lead: lead && block.kind === 'prose',
+      });
+    }
+    if (block.kind === 'prose') lead = false;
+  }
+  relemmatiseSentenceInitial(sentenceInitial, winkNlp);
+  memo = { text: markdown, sentences };
+  return sentences;
+}
+
+/**
+ * wink reads a capitalised first word such as "Apples" as a proper noun and leaves it unlemmatised; such words
+ * are looked up again in lower case, all in one small document.
+ */
+function relemmatiseSentenceInitial(
+  entries: Array<{ token: Token; word: string }>,
+  winkNlp: WinkMethods,
+): void {
+  if (entries.length === 0) return;
+  const words = [...new Set(entries.map(({ word }) => word))].sort();
+  const lemmas = new Map<string, string>();
+  winkNlp
+    .readDoc(words.map((word) => `${word}.`).join(' '))
+    .tokens()
+    .each((token: ItemToken) => {
+      const lemma = lemmaOf(token, winkNlp.its);
+      if (lemma !== undefined && token.out(winkNlp.its.type) === 'word')
+        lemmas.set(token.out(), lemma.toLowerCase());
+    });
+  for (const { token, word } of entries) token.lemma = lemmas.get(word) ?? token.lemma;
+}
+
+function isContentWord(token: Token): boolean {
+  return token.isWord && !token.isStop && CONTENT_POS.has(token.pos) && /\p{L}/u.test(token.lemma);
+}
+
+function isTagWord(token: Token): boolean {
+  return (
+    token.isWord &&
+    !token.isStop &&
+    !token.inCode &&
+    TAG_POS.has(token.pos) &&
+    token.lemma.length >= 3 &&
+    TAG_WORD.test(token.lemma) &&
+    !LAYOUT_WORDS.has(token.lemma)
+  );
+}
+
+/** How suitable a sentence is as summary prose, independent of its words. */
+function sentenceQuality(sentence: Sentence): number {
+  let quality = sentence.kind === 'list' ? 0.75 : 1;
+  if (sentence.lead) quality *= 1.15;
+  // A sentence ending in ':' introduces a code listing or list that the summary will not contain.
+  if (/:$/.test(sentence.text)) quality *= 0.5;
+  else if (!/[.!?…]["'’”)]*$/.test(sentence.text)) quality *= 0.6;
+  // Neither can the summary show a numbered listing, figure or table the sentence points at.
+  if (/\b(?:listing|figure|fig\.|table)\s+[A-Z]?\d/i.test(sentence.text)) quality *= 0.7;
+  if (sentence.tokens.filter((token) => token.isWord).length < 5) quality *= 0.5;
+  return quality;
+}
+
+/** Returns up to maxSentences of the most informative sentences of the text, in their original order. */
+export function extractiveSummary(text: string, maxSentences: number): string {
+  if (maxSentences < 1) return '';
+  const sentences = analyse(text);
+  const termCounts = new Map<string, number>();
+  for (const sentence of sentences) {
+    const weight = sentence.kind === 'heading' ? HEADING_WEIGHT : 1;
+    for (const token of sentence.tokens) {
+      if (isContentWord(token)) termCounts.set(token.lemma, (termCounts.get(token.lemma) ?? 0) + weight);
+    }
+  }
+  const candidates = sentences
+    .filter((sentence) => sentence.kind !== 'heading')
+    .map((sentence) => ({
+      text: sentence.text,
+      lemmas: sentence.tokens.filter(isContentWord).map((token) => token.lemma),
+      quality: sentenceQuality(sentence),
+    }));
+  if (candidates.length === 0) {
+    return sentences
+      .slice(0, maxSentences)
+      .map((sentence) => capSentence(sentence.text))
+      .join(' ');
+  }
+  if (candidates.length <= maxSentences) return candidates.map((c) => capSentence(c.text)).join(' ');
+
+  // SumBasic-style selection: score by the probability of the sentence's words, then damp the words covered.
+  let total = 0;
+  for (const count of termCounts.values()) total += count;
+  const probability = new Map<string, number>();
+  for (const [lemma, count] of termCounts) probability.set(lemma, count / total);
+
+  const chosen = new Set<number>();
+  while (chosen.size < maxSentences) {
+    let bestIndex = -1;
+    let bestScore = -Infinity;
+    candidates.forEach((candidate, index) => {
+      if (chosen.has(index)) return;
+      let sum = 0;
+      for (const lemma of new Set(candidate.lemmas)) sum += probability.get(lemma) ?? 0;
+      // Dividing by n^0.6 (n at least 8) rewards substance without letting long sentences win on length alone.
+      const score = (sum / Math.pow(Math.max(candidate.lemmas.length, 8), 0.6)) * candidate.quality;
+      if (score > bestScore) {
+        bestScore = score;
+        bestIndex = index;
+      }
+    });
+    const best = candidates[bestIndex];
+    if (best === undefined) break;
+    chosen.add(bestIndex);
+    for (const lemma of new Set(best.lemmas)) {
+      const p = probability.get(lemma);
+      if (p !== undefined) probability.set(lemma, p * p);
+    }
+  }
+  return [...chosen]
+    .sort((a, b) => a - b)
+    .map((index) => capSentence(candidates[index]?.text ?? ''))
+    .join(' ');
+}
+
+function capSentence(sentence: string): string {
+  if (sentence.length <= MAX_SENTENCE_CHARS) return sentence;
+  const cut = sentence.slice(0, MAX_SENTENCE_CHARS);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > MAX_SENTENCE_CHARS / 2 ? cut.slice(0, space) : cut).replace(/[\s,;:]+$/, '')}…`;
+}
+
+/** Maps plural spellings wink left unlemmatised (e.g. capitalised heading words) to a singular also present. */
+function pluralFolds(words: Iterable<string>): Map<string, string> {
+  const known = new Set(words);
+  const folds = new Map<string, string>();
+  for (const word of known) {
+    if (word.length < 4 || !word.endsWith('s')) continue;
+    const singulars = [word.slice(0, -1)];
+    if (word.endsWith('es')) singulars.push(word.slice(0, -2));
+    if (word.endsWith('ies')) singulars.push(`${word.slice(0, -3)}y`);
+    const singular = singulars.find((candidate) => known.has(candidate));
+    if (singular !== undefined) folds.set(word, singular);
+  }
+  return folds;
+}
+
+/** Returns up to maxTags lowercase keyword tags: frequent nouns, adjectives and two-word noun phrases. */
+export function keywordTags(text: string, maxTags: number): string[] {
+  if (maxTags < 1) return [];
+  const words: Array<{ word: string; weight: number; adjective: boolean; follows: boolean }> = [];
+  for (const sentence of analyse(text)) {
+    const weight = sentence.kind === 'heading' ? HEADING_WEIGHT : 1;
+    let follows = false;
+    let afterHyphen = false;
+    for (const token of sentence.tokens) {
+      if (!isTagWord(token)) {
+        follows = false;
+        afterHyphen = token.lemma === '-';
+        continue;
+      }
+      const word = TAG_SPELLING[token.lemma] ?? token.lemma;
+      words.push({ word, weight, adjective: token.pos === 'ADJ', follows });
+      // The second half of a compound such as "low-level" cannot start a phrase of its own.
+      follows = !afterHyphen;
+      afterHyphen = false;
+    }
+  }
+  const folds = pluralFolds(words.map(({ word }) => word));
+  const unigrams = new Map<string, number>();
+  const bigrams = new Map<string, { weight: number; count: number }>();
+  let previous: string | undefined;
+  for (const entry of words) {
+    const word = folds.get(entry.word) ?? entry.word;
+    // Adjectives describe rather than name a topic, so they count for half.
+    unigrams.set(word, (unigrams.get(word) ?? 0) + (entry.adjective ? entry.weight / 2 : entry.weight));
+    if (entry.follows && previous !== undefined && !entry.adjective && previous !== word) {
+      const phrase = `${previous} ${word}`;
+      const seen = bigrams.get(phrase) ?? { weight: 0, count: 0 };
+      bigrams.set(phrase, { weight: seen.weight + entry.weight, count: seen.count + 1 });
+    }
+    previous = word;
+  }
+
+  const candidates: Array<{ tag: string; words: string[]; score: number }> = [];
+  for (const [tag, score] of unigrams) candidates.push({ tag, words: [tag], score });
+  for (const [tag, { weight, count }] of bigrams) {
+    // A phrase seen once is a coincidence; a repeated one names a concept, more precisely than either word.
+    if (count >= 2) candidates.push({ tag, words: tag.split(' '), score: weight * 2 });
+  }
+  candidates.sort((a, b) => b.score - a.score || (a.tag < b.tag ? -1 : a.tag > b.tag ? 1 : 0));
+
+  const tags: string[] = [];
+  const usedWords = new Set<string>();
+  for (const candidate of candidates) {
+    if (tags.length >= maxTags) break;
+    // A phrase and its own words would say the same thing twice; the higher-ranked one wins.
+    if (candidate.words.some((word) => usedWords.has(word))) continue;
+    tags.push(candidate.tag);
+    for (const word of candidate.words) usedWords.add(word);
+  }
+  return tags;
+}
+
+/** Counts word, punctuation, number and symbol tokens (not line breaks) as the offline model's usage figure. */
+export function countTokens(text: string): number {
+  const winkNlp = nlp();
+  let count = 0;
+  winkNlp
+    .readDoc(text)
+    .tokens()
+    .each((token: ItemToken) => {
+      if (token.out(winkNlp.its.type) !== 'tabCRLF') count += 1;
+    });
+  return count;
+}
