@@ -1,4 +1,5 @@
 import type { AnswerMemo } from '../src/model/memo';
+import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel } from '../src/model/types';
 import type { Publisher } from '../src/publisher/types';
 import type { TextSource } from './document-text';
@@ -11,6 +12,8 @@ export interface ActivityDependencies {
   publisher: Publisher;
   memo: AnswerMemo;
   texts: TextSource;
+  /** For cost estimates in step results; without it only the offline model has a known price (0). */
+  prices?: PriceTable;
 }
 
 /** The pipeline's activities with their dependencies injected; tests pass real-but-local parts. */

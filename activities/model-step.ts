@@ -1,6 +1,8 @@
 import { log } from '@temporalio/activity';
 import type { z } from 'zod';
 import type { AnswerMemo } from '../src/model/memo';
+import { estimateCost } from '../src/model/pricing';
+import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel, ModelAnswer } from '../src/model/types';
 import type { ModelInfo, StepName, Usage } from '../src/shared';
 
@@ -9,6 +11,7 @@ export interface ModelStepAnswer<T> {
   usage: Usage;
   model: ModelInfo;
   memoised: boolean;
+  estimatedCostUsd: number | null;
 }
 
 /**
@@ -22,12 +25,14 @@ export async function askOnce<T>(
     memo,
     model,
     valueSchema,
+    prices = {},
   }: {
     step: StepName;
     key: string;
     memo: AnswerMemo;
     model: DocumentModel;
     valueSchema: z.ZodType<T>;
+    prices?: PriceTable;
   },
   ask: () => Promise<ModelAnswer<T>>,
 ): Promise<ModelStepAnswer<T>> {
@@ -36,11 +41,19 @@ export async function askOnce<T>(
     const value = valueSchema.safeParse(stored.value);
     if (value.success) {
       log.info('Reusing the memoised model answer: an earlier attempt paid for it', { step, key });
-      return { value: value.data, usage: stored.usage, model: stored.model, memoised: true };
+      const estimatedCostUsd = estimateCost(prices, stored.model, stored.usage);
+      return {
+        value: value.data,
+        usage: stored.usage,
+        model: stored.model,
+        memoised: true,
+        estimatedCostUsd,
+      };
     }
     log.warn('Ignoring a memoised answer that no longer fits the schema', { step, key });
   }
   const answer = await ask();
   memo.put(key, step, { value: answer.value, usage: answer.usage, model: model.info });
-  return { value: answer.value, usage: answer.usage, model: model.info, memoised: false };
+  const estimatedCostUsd = estimateCost(prices, model.info, answer.usage);
+  return { value: answer.value, usage: answer.usage, model: model.info, memoised: false, estimatedCostUsd };
 }

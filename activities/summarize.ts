@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { AnswerMemo } from '../src/model/memo';
+import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel } from '../src/model/types';
 import { parseOrFail, SummarizeInputSchema } from '../src/shared';
 import type { SummarizeInput, SummarizeResult } from '../src/shared';
@@ -9,14 +10,27 @@ import { idempotencyKey } from './idempotency';
 import { askOnce } from './model-step';
 
 /** Step 1: a summary of the document from the model (or the offline extractive summarizer). */
-export function createSummarize(deps: { model: DocumentModel; memo: AnswerMemo; texts: TextSource }) {
+export function createSummarize(deps: {
+  model: DocumentModel;
+  memo: AnswerMemo;
+  texts: TextSource;
+  prices?: PriceTable;
+}) {
   return async function summarize(input: SummarizeInput): Promise<SummarizeResult> {
     const { textRef, maxSentences } = parseOrFail(SummarizeInputSchema, input, 'summarize input');
     const key = idempotencyKey();
     const text = deps.texts.read(textRef);
     const { value, ...answer } = await withHeartbeats((signal) =>
-      askOnce({ step: 'summarize', key, memo: deps.memo, model: deps.model, valueSchema: z.string() }, () =>
-        deps.model.summarize(text, maxSentences, { idempotencyKey: key, signal }),
+      askOnce(
+        {
+          step: 'summarize',
+          key,
+          memo: deps.memo,
+          model: deps.model,
+          valueSchema: z.string(),
+          prices: deps.prices,
+        },
+        () => deps.model.summarize(text, maxSentences, { idempotencyKey: key, signal }),
       ),
     );
     return { summary: value, idempotencyKey: key, ...answer };

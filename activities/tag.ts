@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { AnswerMemo } from '../src/model/memo';
+import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel } from '../src/model/types';
 import { parseOrFail, TagInputSchema } from '../src/shared';
 import type { TagInput, TagResult } from '../src/shared';
@@ -9,7 +10,12 @@ import { idempotencyKey } from './idempotency';
 import { askOnce } from './model-step';
 
 /** Step 2: topic tags for the document, validated as a list of strings. */
-export function createTag(deps: { model: DocumentModel; memo: AnswerMemo; texts: TextSource }) {
+export function createTag(deps: {
+  model: DocumentModel;
+  memo: AnswerMemo;
+  texts: TextSource;
+  prices?: PriceTable;
+}) {
   return async function tag(input: TagInput): Promise<TagResult> {
     const { textRef, maxTags } = parseOrFail(TagInputSchema, input, 'tag input');
     const key = idempotencyKey();

@@ -1,5 +1,7 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { DEFAULT_PRICES, PriceTableSchema } from './model/pricing';
+import type { PriceTable } from './model/pricing';
 import { DEFAULT_TASK_QUEUE } from './shared';
 
 /** Default ports of the embedded dev server; docker-compose.yml publishes the same ones. */
@@ -50,6 +52,23 @@ const EnvSchema = z.object({
     .optional()
     .transform((s) => (s === undefined || s === '' ? 0 : Number(s)))
     .pipe(z.number().int().min(0).max(600_000)),
+  MODEL_PRICES: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s, ctx) => {
+      if (s === undefined || s === '') return {};
+      try {
+        return JSON.parse(s) as unknown;
+      } catch {
+        ctx.addIssue({
+          code: 'custom',
+          message: 'must be JSON, e.g. {"my-model": {"inputPerMillion": 1, "outputPerMillion": 2}}',
+        });
+        return z.NEVER;
+      }
+    })
+    .pipe(PriceTableSchema),
   PUBLISH_WEBHOOK_URL: optionalUrl,
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
@@ -72,6 +91,8 @@ export interface Config {
   modelRequestTimeoutMs: number;
   /** Artificial latency of the offline model, to watch crashes land inside model calls (demos, chaos tests). */
   offlineModelLatencyMs: number;
+  /** Model prices for cost estimates: the defaults, overridden and extended by MODEL_PRICES. */
+  prices: PriceTable;
   publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
   publishRequestTimeoutMs: number;
   maxDocumentBytes: number;
@@ -120,6 +141,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         : { kind: 'offline' },
     modelRequestTimeoutMs: e.MODEL_REQUEST_TIMEOUT_MS,
     offlineModelLatencyMs: e.OFFLINE_MODEL_LATENCY_MS,
+    prices: { ...DEFAULT_PRICES, ...e.MODEL_PRICES },
     publisher:
       e.PUBLISH_WEBHOOK_URL !== undefined
         ? { kind: 'webhook', url: e.PUBLISH_WEBHOOK_URL }

@@ -51,6 +51,7 @@ export function createDependencies(config: Config): { deps: ActivityDependencies
       publisher,
       memo,
       texts: blobTextSource(new BlobStore(files.blobs), config.maxDocumentBytes),
+      prices: config.prices,
     },
     close() {
       memo.close();

@@ -79,6 +79,11 @@ const ModelStepFields = {
   usage: UsageSchema,
   /** True when the answer came from the durable memo: received by an earlier attempt, not paid for again. */
   memoised: z.boolean(),
+  /**
+   * Estimated price of the call in US dollars from the worker's price table; null when the model has no
+   * price there. Optional so histories recorded before cost accounting still replay.
+   */
+  estimatedCostUsd: z.number().min(0).nullable().optional(),
 };
 
 export const SummarizeInputSchema = z

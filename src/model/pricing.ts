@@ -1,0 +1,42 @@
+import { z } from 'zod';
+import type { ModelInfo, Usage } from '../shared';
+
+export const ModelPriceSchema = z
+  .object({
+    /** US dollars per million input (prompt) tokens. */
+    inputPerMillion: z.number().min(0),
+    /** US dollars per million output (completion) tokens. */
+    outputPerMillion: z.number().min(0),
+  })
+  .strict();
+
+/** Model name -> price. A configurable estimate, not a bill: check your provider's current prices. */
+export const PriceTableSchema = z.record(z.string().min(1), ModelPriceSchema);
+export type PriceTable = z.infer<typeof PriceTableSchema>;
+
+/**
+ * Prices used when MODEL_PRICES does not say otherwise (US dollars per million tokens, list prices of
+ * late 2025). Local models (Ollama, vLLM, LM Studio) are free to call: give them a 0 price in MODEL_PRICES.
+ */
+export const DEFAULT_PRICES: PriceTable = {
+  'gpt-4o-mini': { inputPerMillion: 0.15, outputPerMillion: 0.6 },
+  'gpt-4o': { inputPerMillion: 2.5, outputPerMillion: 10 },
+  'gpt-4.1-mini': { inputPerMillion: 0.4, outputPerMillion: 1.6 },
+  'gpt-4.1': { inputPerMillion: 2, outputPerMillion: 8 },
+};
+
+/** Estimated cost in US dollars: 0 for the offline model, null when the table has no price for the model. */
+export function estimateCost(prices: PriceTable, model: ModelInfo, usage: Usage): number | null {
+  if (model.provider === 'offline') return 0;
+  const price = prices[model.model];
+  if (price === undefined) return null;
+  return (
+    (usage.inputTokens * price.inputPerMillion + usage.outputTokens * price.outputPerMillion) / 1_000_000
+  );
+}
+
+/** Formats a cost for tables: `$0.000123`, or `n/a` without a price. */
+export function formatCost(cost: number | null | undefined): string {
+  if (cost === null || cost === undefined) return 'n/a';
+  return `$${cost.toFixed(6)}`;
+}
