@@ -72,6 +72,9 @@ const EnvSchema = z.object({
   PUBLISH_WEBHOOK_URL: optionalUrl,
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
+  PAYLOAD_ENCRYPTION_KEY: optionalText,
+  PAYLOAD_ENCRYPTION_KEY_ID: z.string().trim().min(1).default('key-1'),
+  PAYLOAD_DECRYPTION_KEYS: optionalText,
 });
 
 export const CONFIG_VARIABLES = Object.keys(EnvSchema.shape) as readonly (keyof typeof EnvSchema.shape)[];
@@ -96,6 +99,8 @@ export interface Config {
   publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
   publishRequestTimeoutMs: number;
   maxDocumentBytes: number;
+  /** AES-GCM payload encryption settings; off while `key` is unset. Secrets: never log this object. */
+  payloadEncryption: { key: string | undefined; keyId: string; retired: string | undefined };
 }
 
 /** Thrown for a configuration a person has to fix; the message says which variable and how. */
@@ -148,5 +153,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         : { kind: 'sqlite' },
     publishRequestTimeoutMs: e.PUBLISH_REQUEST_TIMEOUT_MS,
     maxDocumentBytes: e.MAX_DOCUMENT_BYTES,
+    payloadEncryption: {
+      key: e.PAYLOAD_ENCRYPTION_KEY,
+      keyId: e.PAYLOAD_ENCRYPTION_KEY_ID,
+      retired: e.PAYLOAD_DECRYPTION_KEYS,
+    },
   };
 }

@@ -1,6 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import { processDocuments, SAMPLES_DIR } from './batch';
+import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
 import { createDependencies } from './dependencies';
 import { quietSdkLogs, runMain } from './run-main';
@@ -22,17 +23,20 @@ async function run(): Promise<void> {
   const connection = await Connection.connect({ address: target.address });
   const nativeConnection = await NativeConnection.connect({ address: target.address });
   const { deps, close } = createDependencies(config);
+  const dataConverter = dataConverterFor(config);
   try {
-    const client = new Client({ connection, namespace: target.namespace });
+    const client = new Client({ connection, namespace: target.namespace, dataConverter });
     const worker = await createPipelineWorker({
       connection: nativeConnection,
       namespace: target.namespace,
       taskQueue: config.taskQueue,
       deps,
+      dataConverter,
     });
     console.log(
       `Worker ${worker.options.identity}: model ${deps.model.info.provider}/${deps.model.info.model}, ` +
-        `publisher ${deps.publisher.kind}, data in ${config.dataDir}`,
+        `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
+        `data in ${config.dataDir}`,
     );
     const outcomes = await worker.runUntil(processDocuments(client, config, paths, { since }));
     if (target.uiUrl !== undefined)

@@ -1,5 +1,6 @@
 import { Client, Connection } from '@temporalio/client';
 import { processDocuments } from './batch';
+import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
 import { runMain } from './run-main';
 
@@ -13,7 +14,11 @@ async function run(): Promise<void> {
   const address = config.temporalAddress ?? 'localhost:7233';
   const connection = await Connection.connect({ address });
   try {
-    const client = new Client({ connection, namespace: config.namespace });
+    const client = new Client({
+      connection,
+      namespace: config.namespace,
+      dataConverter: dataConverterFor(config),
+    });
     const outcomes = await processDocuments(client, config, paths);
     if (outcomes.some((o) => o.error !== undefined)) process.exitCode = 1;
   } finally {

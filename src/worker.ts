@@ -1,8 +1,10 @@
 import os from 'node:os';
 import { NativeConnection, Worker } from '@temporalio/worker';
+import type { DataConverter } from '@temporalio/common';
 import type { WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import type { ActivityDependencies } from '../activities';
+import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
 import { createDependencies } from './dependencies';
 import { quietSdkLogs, runMain } from './run-main';
@@ -16,17 +18,20 @@ export interface PipelineWorkerOptions {
   identity?: string;
   /** A prebuilt bundle (tests build one per suite); by default the workflows are bundled from source. */
   workflowBundle?: WorkerOptions['workflowBundle'];
+  /** The payload codec setup (see src/codec.ts); clients of these runs must use the same. */
+  dataConverter?: DataConverter;
 }
 
 /** A worker that runs the pipeline workflow and its three activities. */
 export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Worker> {
-  const { connection, namespace, taskQueue, deps, identity, workflowBundle } = options;
+  const { connection, namespace, taskQueue, deps, identity, workflowBundle, dataConverter } = options;
   return Worker.create({
     connection,
     namespace,
     taskQueue,
     identity: identity ?? `${process.pid}@${os.hostname()}`,
     activities: createActivities(deps),
+    dataConverter,
     ...(workflowBundle !== undefined
       ? { workflowBundle }
       : { workflowsPath: require.resolve('../workflows') }),
@@ -46,6 +51,7 @@ async function run(): Promise<void> {
       namespace: config.namespace,
       taskQueue: config.taskQueue,
       deps,
+      dataConverter: dataConverterFor(config),
     });
     console.log(
       `Worker ${worker.options.identity} polling task queue "${config.taskQueue}" on ${address} ` +
