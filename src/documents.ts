@@ -60,7 +60,15 @@ export function collectDocuments(
   const documents: DocumentFile[] = [];
   const rejected: Rejected[] = [];
   const consider = (file: string): void => {
-    const bytes = fs.readFileSync(file);
+    let bytes: Buffer;
+    try {
+      bytes = fs.readFileSync(file);
+    } catch (err) {
+      // A dangling symlink (an editor's lock file such as `.#notes.md`, say) or an unreadable file.
+      const code = err instanceof Error && 'code' in err ? ` (${String(err.code)})` : '';
+      rejected.push({ source: file, reason: `it cannot be read${code}; check the file or its link target` });
+      return;
+    }
     const decoded = decodeDocument(bytes, maxBytes);
     if (!decoded.ok) {
       rejected.push({ source: file, reason: decoded.reason });
@@ -114,6 +122,15 @@ function listDocumentFiles(dir: string): string[] {
   return fs
     .readdirSync(dir, { recursive: true, encoding: 'utf8' })
     .map((entry) => path.join(dir, entry))
-    .filter((file) => DOCUMENT_EXTENSIONS.has(path.extname(file).toLowerCase()) && fs.statSync(file).isFile())
+    .filter((file) => DOCUMENT_EXTENSIONS.has(path.extname(file).toLowerCase()) && isFileOrBroken(file))
     .sort();
+}
+
+/** A regular file, or a path that cannot be stat'ed (a dangling link): kept, so reading it reports the problem. */
+function isFileOrBroken(file: string): boolean {
+  try {
+    return fs.statSync(file).isFile();
+  } catch {
+    return true;
+  }
 }

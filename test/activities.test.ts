@@ -1,0 +1,215 @@
+/**
+ * The activities outside a worker, in MockActivityEnvironment: which key each step builds, that the key reaches
+ * the model server, and that a received answer is never paid for twice.
+ */
+import { describe, it, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { idempotencyKey } from '../activities/idempotency';
+import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { FailureType } from '../src/shared';
+import { completion, isTagRequest, localParts, SAMPLE_TEXT, startModelServer } from './helpers';
+import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
+  const created = localParts(options);
+  cleanups.push(() => {
+    created.close();
+    fs.rmSync(created.dir, { recursive: true, force: true });
+  });
+  return created;
+}
+
+async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
+  const server = await startModelServer(reply);
+  cleanups.push(() => server.close());
+  return server;
+}
+
+function openAIModel(server: ModelServer): OpenAICompatibleModel {
+  return new OpenAICompatibleModel({
+    baseUrl: server.baseUrl,
+    model: 'test-model',
+    apiKey: undefined,
+    requestTimeoutMs: 5_000,
+  });
+}
+
+function normalAnswer(request: ChatRequest): ChatReply {
+  return isTagRequest(request)
+    ? { body: completion('{"tags": ["checkpoints"]}') }
+    : { body: completion('A short summary.') };
+}
+
+interface Attempt {
+  activityId: string;
+  runId: string;
+  attempt?: number;
+}
+
+/** Runs `fn` as one attempt of one step of one workflow run, in a fresh mock activity context. */
+function runAttempt<A extends unknown[], R>(
+  { activityId, runId, attempt = 1 }: Attempt,
+  fn: (...args: A) => Promise<R>,
+  ...args: A
+): Promise<R> {
+  const env = new MockActivityEnvironment(
+    { activityId, workflowExecution: { workflowId: 'document-test', runId }, attempt },
+    { logger: new DefaultLogger('ERROR') },
+  );
+  return env.run<A, R, typeof fn>(fn, ...args);
+}
+
+/** The key the running step builds, as the activities see it. */
+function keyOf(attempt: Attempt): Promise<string> {
+  return runAttempt(attempt, () => Promise.resolve(idempotencyKey()));
+}
+
+describe('idempotencyKey', () => {
+  it('is <workflow run ID>:<activity ID>', async () => {
+    const runId = randomUUID();
+    const key = await keyOf({ activityId: 'summarize', runId });
+    assert.equal(key, `${runId}:summarize`);
+  });
+
+  it('stays the same across attempts of one step', async () => {
+    const runId = randomUUID();
+    const first = await keyOf({ activityId: 'publish', runId, attempt: 1 });
+    const third = await keyOf({ activityId: 'publish', runId, attempt: 3 });
+    assert.equal(third, first);
+  });
+
+  it('differs between runs of the same workflow (as after a reset) and between steps', async () => {
+    const [runA, runB] = [randomUUID(), randomUUID()];
+    const a = await keyOf({ activityId: 'publish', runId: runA });
+    const b = await keyOf({ activityId: 'publish', runId: runB });
+    const tag = await keyOf({ activityId: 'tag', runId: runA });
+    assert.notEqual(a, b);
+    assert.notEqual(a, tag);
+  });
+});
+
+describe('model steps', () => {
+  it('summarize and tag send their key as the Idempotency-Key header', async () => {
+    const server = await modelServer(normalAnswer);
+    const local = parts({ model: openAIModel(server) });
+    const { summarize, tag } = createActivities(local.deps);
+    const textRef = local.blobs.put(Buffer.from(SAMPLE_TEXT));
+    const runId = randomUUID();
+
+    const summary = await runAttempt({ activityId: 'summarize', runId }, summarize, {
+      documentId: 'doc-1',
+      textRef,
+      maxSentences: 2,
+    });
+    const tags = await runAttempt({ activityId: 'tag', runId }, tag, {
+      documentId: 'doc-1',
+      textRef,
+      maxTags: 3,
+    });
+
+    assert.deepEqual(
+      server.requests.map((r) => r.idempotencyKey),
+      [`${runId}:summarize`, `${runId}:tag`],
+    );
+    assert.equal(summary.idempotencyKey, `${runId}:summarize`);
+    assert.equal(summary.summary, 'A short summary.');
+    assert.deepEqual(tags.tags, ['checkpoints']);
+  });
+
+  it('a later attempt with the same key reuses the memoised answer instead of calling the model', async () => {
+    const server = await modelServer(normalAnswer);
+    const local = parts({ model: openAIModel(server) });
+    const { summarize } = createActivities(local.deps);
+    const input = {
+      documentId: 'doc-1',
+      textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
+      maxSentences: 2,
+    };
+    const runId = randomUUID();
+
+    const first = await runAttempt({ activityId: 'summarize', runId, attempt: 1 }, summarize, input);
+    const retry = await runAttempt({ activityId: 'summarize', runId, attempt: 2 }, summarize, input);
+
+    assert.equal(server.requests.length, 1);
+    assert.equal(first.memoised, false);
+    assert.equal(retry.memoised, true);
+    assert.equal(retry.summary, first.summary);
+    assert.deepEqual(retry.usage, first.usage);
+    assert.equal(local.memo.count(), 1);
+  });
+
+  it('a new run ID (a reset) calls the model again', async () => {
+    const server = await modelServer(normalAnswer);
+    const local = parts({ model: openAIModel(server) });
+    const { summarize } = createActivities(local.deps);
+    const input = {
+      documentId: 'doc-1',
+      textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
+      maxSentences: 2,
+    };
+
+    await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
+    const afterReset = await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
+
+    assert.equal(server.requests.length, 2);
+    assert.notEqual(server.requests[0]?.idempotencyKey, server.requests[1]?.idempotencyKey);
+    assert.equal(afterReset.memoised, false);
+    assert.equal(local.memo.count(), 2);
+  });
+
+  it('a text missing from the blob store fails without retry as InvalidDocument', async () => {
+    const server = await modelServer(normalAnswer);
+    const local = parts({ model: openAIModel(server) });
+    const { summarize } = createActivities(local.deps);
+    const missing = `sha256:${'0'.repeat(64)}`;
+
+    await assert.rejects(
+      runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, {
+        documentId: 'doc-1',
+        textRef: missing,
+        maxSentences: 2,
+      }),
+      (err) => {
+        assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+        assert.equal(err.type, FailureType.InvalidDocument);
+        assert.equal(err.nonRetryable, true);
+        assert.ok(err.message.includes(missing), err.message);
+        assert.match(err.message, /DATA_DIR/);
+        return true;
+      },
+    );
+    assert.equal(server.requests.length, 0);
+  });
+
+  it('a stored text that is not usable (NUL bytes) fails without retry as InvalidDocument, saying why', async () => {
+    const local = parts();
+    const { tag } = createActivities(local.deps);
+    const textRef = local.blobs.put(Buffer.from([0x68, 0x69, 0x00, 0x21]));
+
+    await assert.rejects(
+      runAttempt({ activityId: 'tag', runId: randomUUID() }, tag, {
+        documentId: 'doc-1',
+        textRef,
+        maxTags: 3,
+      }),
+      (err) => {
+        assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+        assert.equal(err.type, FailureType.InvalidDocument);
+        assert.equal(err.nonRetryable, true);
+        assert.match(err.message, /NUL byte/);
+        return true;
+      },
+    );
+  });
+});

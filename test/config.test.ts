@@ -1,0 +1,186 @@
+/**
+ * Configuration from the environment, and where the Temporal binaries come from. Both run before anything else
+ * and are the first thing a person gets wrong, so every failure must name the variable to fix.
+ */
+import { describe, it, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { resolveTemporalExecutable } from '../src/binaries';
+import { ConfigError, loadConfig } from '../src/config';
+import { DEFAULT_TASK_QUEUE } from '../src/shared';
+import { tempDir } from './helpers';
+
+const dirs: string[] = [];
+after(() => {
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function scratch(): string {
+  const dir = tempDir('config-test-');
+  dirs.push(dir);
+  return dir;
+}
+
+/** Writes a file with the given mode and returns its path. */
+function file(dir: string, name: string, mode: number): string {
+  const full = path.join(dir, name);
+  fs.writeFileSync(full, '#!/bin/sh\nexit 0\n');
+  fs.chmodSync(full, mode);
+  return full;
+}
+
+/** Asserts that `load` throws a ConfigError whose message matches `message`. */
+function assertConfigError(load: () => unknown, message: RegExp): void {
+  assert.throws(load, (err) => {
+    assert.ok(err instanceof ConfigError, `expected ConfigError, got ${String(err)}`);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+describe('loadConfig', () => {
+  it('defaults to the offline model, the SQLite publisher and ./data', () => {
+    const config = loadConfig({}, '/srv/pipeline');
+
+    assert.deepEqual(config.model, { kind: 'offline' });
+    assert.deepEqual(config.publisher, { kind: 'sqlite' });
+    assert.equal(config.dataDir, path.resolve('/srv/pipeline', 'data'));
+    assert.equal(config.temporalAddress, undefined);
+    assert.equal(config.namespace, 'default');
+    assert.equal(config.taskQueue, DEFAULT_TASK_QUEUE);
+    assert.equal(config.modelRequestTimeoutMs, 90_000);
+    assert.equal(config.publishRequestTimeoutMs, 15_000);
+    assert.equal(config.maxDocumentBytes, 1_000_000);
+  });
+
+  it('treats empty variables (as compose passes ${VAR:-}) as unset', () => {
+    const config = loadConfig(
+      {
+        OPENAI_BASE_URL: '',
+        OPENAI_MODEL: '',
+        PUBLISH_WEBHOOK_URL: '',
+        MAX_DOCUMENT_BYTES: '',
+        DATA_DIR: '',
+      },
+      '/srv/pipeline',
+    );
+
+    assert.deepEqual(config.model, { kind: 'offline' });
+    assert.deepEqual(config.publisher, { kind: 'sqlite' });
+    assert.equal(config.maxDocumentBytes, 1_000_000);
+    assert.equal(config.dataDir, path.resolve('/srv/pipeline', 'data'));
+  });
+
+  it('selects the OpenAI-compatible model when OPENAI_BASE_URL and OPENAI_MODEL are set', () => {
+    const config = loadConfig({
+      OPENAI_BASE_URL: 'http://localhost:11434/v1',
+      OPENAI_MODEL: 'llama3.2',
+      OPENAI_API_KEY: 'sk-test',
+    });
+
+    assert.deepEqual(config.model, {
+      kind: 'openai-compatible',
+      baseUrl: 'http://localhost:11434/v1',
+      model: 'llama3.2',
+      apiKey: 'sk-test',
+    });
+  });
+
+  it('selects the webhook publisher when PUBLISH_WEBHOOK_URL is set, and resolves DATA_DIR against cwd', () => {
+    const config = loadConfig(
+      { PUBLISH_WEBHOOK_URL: 'https://example.com/hook', DATA_DIR: 'state' },
+      '/srv/pipeline',
+    );
+
+    assert.deepEqual(config.publisher, { kind: 'webhook', url: 'https://example.com/hook' });
+    assert.equal(config.dataDir, path.resolve('/srv/pipeline', 'state'));
+  });
+
+  it('reads numbers from strings', () => {
+    const config = loadConfig({
+      MODEL_REQUEST_TIMEOUT_MS: '5000',
+      PUBLISH_REQUEST_TIMEOUT_MS: ' 250 ',
+      MAX_DOCUMENT_BYTES: '2048',
+      TEMPORAL_UI_PORT: '9000',
+    });
+
+    assert.equal(config.modelRequestTimeoutMs, 5000);
+    assert.equal(config.publishRequestTimeoutMs, 250);
+    assert.equal(config.maxDocumentBytes, 2048);
+    assert.equal(config.uiPort, 9000);
+  });
+
+  it('names the variable holding a number that is not a positive whole number', () => {
+    assertConfigError(
+      () => loadConfig({ MODEL_REQUEST_TIMEOUT_MS: 'ten seconds' }),
+      /MODEL_REQUEST_TIMEOUT_MS/,
+    );
+    assertConfigError(() => loadConfig({ MAX_DOCUMENT_BYTES: '-1' }), /MAX_DOCUMENT_BYTES/);
+  });
+
+  it('names OPENAI_BASE_URL when it is not an http(s) URL', () => {
+    assertConfigError(
+      () => loadConfig({ OPENAI_BASE_URL: 'localhost:11434', OPENAI_MODEL: 'm' }),
+      /OPENAI_BASE_URL/,
+    );
+    assertConfigError(
+      () => loadConfig({ OPENAI_BASE_URL: 'ftp://models.example.com', OPENAI_MODEL: 'm' }),
+      /OPENAI_BASE_URL/,
+    );
+  });
+
+  it('names PUBLISH_WEBHOOK_URL when it is not a URL', () => {
+    assertConfigError(() => loadConfig({ PUBLISH_WEBHOOK_URL: 'not a url' }), /PUBLISH_WEBHOOK_URL/);
+  });
+
+  it('refuses OPENAI_MODEL (or OPENAI_API_KEY) without OPENAI_BASE_URL', () => {
+    assertConfigError(() => loadConfig({ OPENAI_MODEL: 'gpt-4o-mini' }), /set OPENAI_BASE_URL/);
+    assertConfigError(() => loadConfig({ OPENAI_API_KEY: 'sk-test' }), /set OPENAI_BASE_URL/);
+  });
+
+  it('refuses OPENAI_BASE_URL without OPENAI_MODEL', () => {
+    assertConfigError(() => loadConfig({ OPENAI_BASE_URL: 'https://api.openai.com/v1' }), /OPENAI_MODEL=/);
+  });
+});
+
+describe('resolveTemporalExecutable', () => {
+  it('uses an explicit executable path', () => {
+    const dir = scratch();
+    const binary = file(dir, 'my-test-server', 0o755);
+
+    assert.deepEqual(resolveTemporalExecutable('test-server', binary, ''), {
+      type: 'existing-path',
+      path: binary,
+    });
+  });
+
+  it('refuses an explicit path that is not executable, naming the variable', () => {
+    const dir = scratch();
+    const notExecutable = file(dir, 'temporal', 0o644);
+
+    assertConfigError(() => resolveTemporalExecutable('cli', notExecutable, ''), /TEMPORAL_CLI_PATH=/);
+    assertConfigError(
+      () => resolveTemporalExecutable('test-server', path.join(dir, 'missing'), ''),
+      /TEMPORAL_TEST_SERVER_PATH=/,
+    );
+  });
+
+  it('finds the command on PATH, skipping directories where it is not executable', () => {
+    const [first, second] = [scratch(), scratch()];
+    file(first, 'temporal', 0o644);
+    const binary = file(second, 'temporal', 0o755);
+
+    assert.deepEqual(resolveTemporalExecutable('cli', undefined, [first, second].join(path.delimiter)), {
+      type: 'existing-path',
+      path: binary,
+    });
+  });
+
+  it("falls back to the SDK's cached download when nothing on PATH matches", () => {
+    const empty = scratch();
+    file(empty, 'temporal', 0o755); // the CLI, not the test server
+
+    assert.deepEqual(resolveTemporalExecutable('test-server', undefined, empty), { type: 'cached-download' });
+  });
+});

@@ -1,0 +1,372 @@
+/**
+ * The workflow on the time-skipping test server: retries under long backoffs, exhausted attempts, invalid inputs
+ * and the failure chain a client sees. Activities run for real against local parts (SQLite files, a loopback
+ * model server); only the clock is fake, so an hour of backoff takes no wall time.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { ActivityFailure, ApplicationFailure, RetryState } from '@temporalio/common';
+import { WorkflowFailedError } from '@temporalio/client';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { tsToMs } from '@temporalio/common/lib/time';
+import type { temporal } from '@temporalio/proto';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { FailureType } from '../src/shared';
+import type { PipelineResult } from '../src/shared';
+import type { documentPipeline } from '../workflows';
+import {
+  completion,
+  isTagRequest,
+  localParts,
+  pipelineInput,
+  SAMPLE_TEXT,
+  startModelServer,
+  temporalExecutable,
+  workflowBundle,
+} from './helpers';
+import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
+
+const HOUR_MS = 60 * 60 * 1000;
+
+let env: TestWorkflowEnvironment;
+const cleanups: Array<() => Promise<void> | void> = [];
+
+before(async () => {
+  // Failing activities and workflows are what these tests are about; the SDK logs each one as a warning.
+  Runtime.install({
+    logger: new DefaultLogger('ERROR'),
+    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
+  });
+  env = await TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: temporalExecutable('test-server') },
+  });
+  await workflowBundle();
+});
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await env?.teardown();
+});
+
+/** Local parts in a temp folder, closed and removed after the file's tests. */
+function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
+  const created = localParts(options);
+  cleanups.push(() => {
+    created.close();
+    fs.rmSync(created.dir, { recursive: true, force: true });
+  });
+  return created;
+}
+
+/** A scripted model server, closed after the file's tests. */
+async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
+  const server = await startModelServer(reply);
+  cleanups.push(() => server.close());
+  return server;
+}
+
+function openAIModel(server: ModelServer): OpenAICompatibleModel {
+  return new OpenAICompatibleModel({
+    baseUrl: server.baseUrl,
+    model: 'test-model',
+    apiKey: 'test-key',
+    requestTimeoutMs: 5_000,
+  });
+}
+
+/** Answers tag requests with valid JSON tags and summarize requests with a one-line summary. */
+function normalAnswer(request: ChatRequest): ChatReply {
+  return isTagRequest(request)
+    ? { body: completion('{"tags": ["checkpoints", "idempotency"]}') }
+    : { body: completion('Checkpoints let restarts skip finished steps.') };
+}
+
+/**
+ * Starts the pipeline on a fresh task queue and workflow ID, runs a worker with `localParts` until `use` is done
+ * with the handle, and returns what `use` returned.
+ */
+async function withPipeline<T>(
+  local: LocalParts,
+  input: unknown,
+  use: (handle: WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>) => Promise<T>,
+): Promise<T> {
+  const taskQueue = `test-${randomUUID()}`;
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: createActivities(local.deps),
+  });
+  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
+    taskQueue,
+    workflowId: `wf-${randomUUID()}`,
+    args: [input],
+  });
+  return worker.runUntil(use(handle));
+}
+
+/** Asserts the error chain WorkflowFailedError -> ApplicationFailure (a failure of the workflow itself). */
+function workflowFailure(check: (failure: ApplicationFailure) => void): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
+    assert.ok(
+      err.cause instanceof ApplicationFailure,
+      `expected ApplicationFailure, got ${String(err.cause)}`,
+    );
+    check(err.cause);
+    return true;
+  };
+}
+
+/** Asserts the error chain WorkflowFailedError -> ActivityFailure -> ApplicationFailure (a failed step). */
+function stepFailure(
+  activityId: string,
+  check: (failure: ApplicationFailure, activity: ActivityFailure) => void,
+): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
+    assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
+    assert.equal(err.cause.activityId, activityId);
+    assert.ok(
+      err.cause.cause instanceof ApplicationFailure,
+      `expected ApplicationFailure, got ${String(err.cause.cause)}`,
+    );
+    check(err.cause.cause, err.cause);
+    return true;
+  };
+}
+
+/** When an activity was scheduled and completed (server time), and the attempt that completed it. */
+function activitySpan(
+  history: temporal.api.history.v1.IHistory,
+  activityId: string,
+): { ms: number; attempt: number } {
+  const events = history.events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === activityId);
+  assert.ok(scheduled?.eventId, `no ${activityId} in the history`);
+  const belongs = (id: unknown) => String(id) === String(scheduled.eventId);
+  const started = events.find((e) => belongs(e.activityTaskStartedEventAttributes?.scheduledEventId));
+  const completed = events.find((e) => belongs(e.activityTaskCompletedEventAttributes?.scheduledEventId));
+  assert.ok(started !== undefined && completed !== undefined, `${activityId} did not complete`);
+  return {
+    ms: tsToMs(completed.eventTime) - tsToMs(scheduled.eventTime),
+    attempt: started.activityTaskStartedEventAttributes?.attempt ?? 0,
+  };
+}
+
+describe('documentPipeline on the time-skipping server', () => {
+  it('summarizes, tags and publishes revision 1 under keys <runId>:<step>', async () => {
+    const local = parts();
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const { result, runId } = await withPipeline(local, input, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+    }));
+
+    assert.equal(result.documentId, input.documentId);
+    assert.ok(result.summary.summary.length > 0, 'summary is empty');
+    assert.ok(result.tags.tags.length > 0, 'no tags');
+    assert.deepEqual(result.summary.model, { provider: 'offline', model: 'extractive-wink-nlp' });
+    assert.equal(result.tags.model.provider, 'offline');
+    assert.equal(result.summary.idempotencyKey, `${runId}:summarize`);
+    assert.equal(result.tags.idempotencyKey, `${runId}:tag`);
+    assert.deepEqual(result.publication, {
+      idempotencyKey: `${runId}:publish`,
+      target: 'sqlite',
+      documentId: input.documentId,
+      revision: 1,
+      duplicate: false,
+    });
+    assert.equal(local.store.countPublications(), 1);
+    assert.deepEqual(local.store.revisionsOf(input.documentId), [
+      { revision: 1, idempotencyKey: `${runId}:publish` },
+    ]);
+  });
+
+  it('retries a step rejected twice with 429 Retry-After: 3600 and skips the hours, not waits them', async () => {
+    let summarizeRequests = 0;
+    const server = await modelServer((request) => {
+      if (!isTagRequest(request) && ++summarizeRequests <= 2) {
+        return { status: 429, headers: { 'retry-after': '3600' }, body: { error: 'rate limited' } };
+      }
+      return normalAnswer(request);
+    });
+    const local = parts({ model: openAIModel(server) });
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+
+    const wallStart = Date.now();
+    const { result, runId, history } = await withPipeline(local, input, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+      history: await handle.fetchHistory(),
+    }));
+    const wallMs = Date.now() - wallStart;
+    // The server's clock as the history recorded it. env.currentTimeMs() is no measure here: the test server
+    // also jumps years ahead while the client long-polls for the result of a finished run.
+    const summarize = activitySpan(history, 'summarize');
+
+    assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
+    assert.equal(result.summary.model.provider, 'openai-compatible');
+    assert.equal(result.publication.revision, 1);
+    assert.ok(wallMs < 30_000, `took ${wallMs} ms of wall time`);
+    assert.equal(summarize.attempt, 3);
+    assert.ok(
+      summarize.ms >= 2 * HOUR_MS,
+      `only ${summarize.ms} ms passed between scheduling and completion`,
+    );
+    const keys = server.requests.filter((r) => !isTagRequest(r)).map((r) => r.idempotencyKey);
+    assert.deepEqual(keys, [`${runId}:summarize`, `${runId}:summarize`, `${runId}:summarize`]);
+  });
+
+  it('fails with the HTTP 500 chain once the model step has used all 6 attempts', async () => {
+    const server = await modelServer(() => ({ status: 500, body: { error: 'upstream exploded' } }));
+    const local = parts({ model: openAIModel(server) });
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+
+    const wallStart = Date.now();
+    await withPipeline(local, input, (handle) =>
+      assert.rejects(
+        handle.result(),
+        stepFailure('summarize', (failure, activity) => {
+          assert.equal(failure.type, FailureType.TransientModelError);
+          assert.match(failure.message, /HTTP 500/);
+          assert.match(failure.message, /upstream exploded/);
+          assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+        }),
+      ),
+    );
+    assert.ok(Date.now() - wallStart < 30_000, 'the backoffs were waited, not skipped');
+    assert.equal(server.requests.length, 6);
+    assert.equal(local.store.countPublications(), 0);
+  });
+
+  describe('refuses an invalid input at once, before any step runs', () => {
+    const cases: Array<{
+      name: string;
+      input: (valid: Record<string, unknown>) => unknown;
+      type: string;
+      message: RegExp;
+    }> = [
+      {
+        name: 'maxTags out of range names options.maxTags',
+        input: (valid) => ({ ...valid, options: { maxTags: 99 } }),
+        type: FailureType.InvalidInput,
+        message: /options\.maxTags/,
+      },
+      {
+        name: 'an unknown option names the field',
+        input: (valid) => ({ ...valid, options: { maxTagz: 3 } }),
+        type: FailureType.InvalidInput,
+        message: /options: unknown field\(s\) "maxTagz"/,
+      },
+      {
+        name: 'a missing documentId names documentId',
+        input: ({ documentId: _documentId, ...rest }) => rest,
+        type: FailureType.InvalidInput,
+        message: /documentId/,
+      },
+      {
+        name: 'schemaVersion 0 is an unsupported schema version',
+        input: (valid) => ({ ...valid, schemaVersion: 0 }),
+        type: FailureType.UnsupportedSchemaVersion,
+        message: /schemaVersion 0/,
+      },
+    ];
+    for (const { name, input, type, message } of cases) {
+      it(name, async () => {
+        const server = await modelServer(normalAnswer);
+        const local = parts({ model: openAIModel(server) });
+        const valid = { ...pipelineInput(local.blobs, SAMPLE_TEXT) };
+
+        const status = await withPipeline(local, input(valid), async (handle) => {
+          await assert.rejects(
+            handle.result(),
+            workflowFailure((failure) => {
+              assert.equal(failure.type, type);
+              assert.equal(failure.nonRetryable, true);
+              assert.match(failure.message, message);
+            }),
+          );
+          return (await handle.describe()).status.name;
+        });
+        assert.equal(status, 'FAILED');
+        assert.equal(server.requests.length, 0, 'a model step ran');
+        assert.equal(local.memo.count(), 0);
+        assert.equal(local.store.countPublications(), 0, 'the publish step ran');
+      });
+    }
+  });
+
+  describe('a tags answer that is not {"tags": [...]}', () => {
+    const malformed = [
+      { name: 'not JSON', content: 'Sure! Here are some tags: checkpoints, idempotency' },
+      { name: 'JSON of another shape', content: '{"labels": ["checkpoints"]}' },
+    ];
+    for (const { name, content } of malformed) {
+      it(`fails with ModelOutputInvalid after every attempt when it stays ${name}`, async () => {
+        const server = await modelServer((request) =>
+          isTagRequest(request) ? { body: completion(content) } : normalAnswer(request),
+        );
+        const local = parts({ model: openAIModel(server) });
+
+        await withPipeline(local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+          assert.rejects(
+            handle.result(),
+            stepFailure('tag', (failure, activity) => {
+              assert.equal(failure.type, FailureType.ModelOutputInvalid);
+              assert.equal(failure.nonRetryable, false);
+              assert.match(failure.message, /did not answer with \{"tags": \[\.\.\.\]\}/);
+              assert.ok(failure.message.includes(content.slice(0, 20)), failure.message);
+              assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+            }),
+          ),
+        );
+        assert.equal(server.requests.filter(isTagRequest).length, 6);
+        assert.equal(local.store.countPublications(), 0);
+      });
+    }
+
+    it('is retried and the run succeeds when the next answer is valid', async () => {
+      let tagRequests = 0;
+      const server = await modelServer((request) =>
+        isTagRequest(request) && ++tagRequests === 1
+          ? { body: completion('{"labels": ["checkpoints"]}') }
+          : normalAnswer(request),
+      );
+      const local = parts({ model: openAIModel(server) });
+
+      const result: PipelineResult = await withPipeline(
+        local,
+        pipelineInput(local.blobs, SAMPLE_TEXT),
+        (handle) => handle.result(),
+      );
+      assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
+      assert.equal(server.requests.filter(isTagRequest).length, 2);
+      assert.equal(local.store.countPublications(), 1);
+    });
+  });
+
+  it('fails without retry on HTTP 401 and says to check OPENAI_API_KEY', async () => {
+    const server = await modelServer(() => ({ status: 401, body: { error: 'invalid api key' } }));
+    const local = parts({ model: openAIModel(server) });
+
+    await withPipeline(local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+      assert.rejects(
+        handle.result(),
+        stepFailure('summarize', (failure, activity) => {
+          assert.equal(failure.type, FailureType.ModelRejected);
+          assert.equal(failure.nonRetryable, true);
+          assert.match(failure.message, /HTTP 401/);
+          assert.match(failure.message, /check OPENAI_API_KEY/);
+          assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);
+        }),
+      ),
+    );
+    assert.equal(server.requests.length, 1);
+  });
+});
