@@ -20,8 +20,8 @@ async function run(): Promise<void> {
   const paths = process.argv.length > 2 ? process.argv.slice(2) : [SAMPLES_DIR];
   const target = await connectOrStartTemporal(config);
   console.log(`Temporal: ${target.address} (${target.origin}), namespace ${target.namespace}`);
-  const connection = await Connection.connect({ address: target.address });
-  const nativeConnection = await NativeConnection.connect({ address: target.address });
+  const connection = await Connection.connect({ address: target.address, ...target.secure });
+  const nativeConnection = await NativeConnection.connect({ address: target.address, ...target.secure });
   const { deps, close } = createDependencies(config);
   const dataConverter = dataConverterFor(config);
   try {

@@ -2,6 +2,7 @@ import { Client, Connection } from '@temporalio/client';
 import { processDocuments } from './batch';
 import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
+import { temporalConnection } from './connection';
 import { runMain } from './run-main';
 
 /** `npm run pipeline -- <files or folders>`: the client only. Submits, waits for `npm run worker`, prints. */
@@ -11,12 +12,15 @@ async function run(): Promise<void> {
     throw new Error('Give the files or folders to process: npm run pipeline -- samples/ notes.md');
   }
   const config = loadConfig();
-  const address = config.temporalAddress ?? 'localhost:7233';
-  const connection = await Connection.connect({ address });
+  const target = temporalConnection();
+  const connection = await Connection.connect({
+    address: target.address ?? 'localhost:7233',
+    ...target.secure,
+  });
   try {
     const client = new Client({
       connection,
-      namespace: config.namespace,
+      namespace: target.namespace ?? config.namespace,
       dataConverter: dataConverterFor(config),
     });
     const outcomes = await processDocuments(client, config, paths);

@@ -4,11 +4,15 @@ import path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { describeExecutable, resolveTemporalExecutable } from './binaries';
 import type { Config } from './config';
+import { temporalConnection } from './connection';
+import type { TemporalConnection } from './connection';
 import { DEFAULT_TEMPORAL_PORT } from './config';
 
 export interface TemporalTarget {
   address: string;
   namespace: string;
+  /** TLS / API key settings for a configured cluster; empty for local servers. */
+  secure: TemporalConnection['secure'];
   /** The Web UI, when known (the embedded server's, or the default dev server's). */
   uiUrl: string | undefined;
   /** How the server was found, for the first line of output. */
@@ -18,16 +22,18 @@ export interface TemporalTarget {
 }
 
 /**
- * Connects to TEMPORAL_ADDRESS when set. Otherwise uses a server already answering on localhost:7233, or starts
- * an embedded dev server whose database is a file in the data folder, so its histories (the checkpoints)
+ * Connects to TEMPORAL_ADDRESS (or the envconfig profile's address, with its TLS and API key) when set.
+ * Otherwise uses a server already answering on localhost:7233, or starts an embedded dev server whose database is a file in the data folder, so its histories (the checkpoints)
  * survive a kill of this process and the next run resumes from them.
  */
 export async function connectOrStartTemporal(config: Config): Promise<TemporalTarget> {
   const noop = async (): Promise<void> => {};
-  if (config.temporalAddress !== undefined) {
+  const configured = temporalConnection();
+  if (configured.address !== undefined) {
     return {
-      address: config.temporalAddress,
-      namespace: config.namespace,
+      address: configured.address,
+      namespace: configured.namespace ?? config.namespace,
+      secure: configured.secure,
       uiUrl: undefined,
       origin: 'configured',
       close: noop,
@@ -36,7 +42,14 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   const address = `127.0.0.1:${DEFAULT_TEMPORAL_PORT}`;
   const defaultUi = `http://localhost:${config.uiPort}`;
   if (await answers('127.0.0.1', DEFAULT_TEMPORAL_PORT)) {
-    return { address, namespace: config.namespace, uiUrl: defaultUi, origin: 'already running', close: noop };
+    return {
+      address,
+      namespace: config.namespace,
+      secure: {},
+      uiUrl: defaultUi,
+      origin: 'already running',
+      close: noop,
+    };
   }
   const executable = resolveTemporalExecutable('cli', config.cliPath);
   fs.mkdirSync(config.dataDir, { recursive: true });
@@ -54,6 +67,7 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   return {
     address: env.address,
     namespace: config.namespace,
+    secure: {},
     uiUrl: defaultUi,
     origin: 'embedded',
     close: () => env.teardown(),

@@ -6,6 +6,7 @@ import { createActivities } from '../activities';
 import type { ActivityDependencies } from '../activities';
 import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
+import { temporalConnection } from './connection';
 import { createDependencies } from './dependencies';
 import { quietSdkLogs, runMain } from './run-main';
 
@@ -42,20 +43,22 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
 async function run(): Promise<void> {
   quietSdkLogs();
   const config = loadConfig();
-  const address = config.temporalAddress ?? 'localhost:7233';
-  const connection = await NativeConnection.connect({ address });
+  const target = temporalConnection();
+  const address = target.address ?? 'localhost:7233';
+  const namespace = target.namespace ?? config.namespace;
+  const connection = await NativeConnection.connect({ address, ...target.secure });
   const { deps, close } = createDependencies(config);
   try {
     const worker = await createPipelineWorker({
       connection,
-      namespace: config.namespace,
+      namespace,
       taskQueue: config.taskQueue,
       deps,
       dataConverter: dataConverterFor(config),
     });
     console.log(
       `Worker ${worker.options.identity} polling task queue "${config.taskQueue}" on ${address} ` +
-        `(namespace ${config.namespace}; model ${deps.model.info.provider}/${deps.model.info.model}; ` +
+        `(namespace ${namespace}; model ${deps.model.info.provider}/${deps.model.info.model}; ` +
         `publisher ${deps.publisher.kind}). Ctrl-C stops it; unfinished steps resume on the next worker.`,
     );
     await worker.run();

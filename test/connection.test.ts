@@ -1,0 +1,73 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { temporalConnection } from '../src/connection';
+import { tempDir } from './helpers';
+
+describe('connecting to a secured cluster by configuration alone (envconfig)', () => {
+  it('uses a local server when nothing names one', () => {
+    assert.deepEqual(temporalConnection({}), { address: undefined, namespace: undefined, secure: {} });
+  });
+
+  it('turns TEMPORAL_API_KEY into an API key over TLS', () => {
+    const conn = temporalConnection({
+      TEMPORAL_ADDRESS: 'my-ns.a1b2c.tmprl.cloud:7233',
+      TEMPORAL_NAMESPACE: 'my-ns.a1b2c',
+      TEMPORAL_API_KEY: 'secret-api-key',
+    });
+    assert.equal(conn.address, 'my-ns.a1b2c.tmprl.cloud:7233');
+    assert.equal(conn.namespace, 'my-ns.a1b2c');
+    assert.equal(conn.secure.apiKey, 'secret-api-key');
+    assert.equal(conn.secure.tls, true);
+  });
+
+  it('reads an mTLS client certificate and key from the TEMPORAL_TLS_* paths', () => {
+    const dir = tempDir();
+    try {
+      fs.writeFileSync(path.join(dir, 'client.pem'), 'CERTIFICATE BYTES');
+      fs.writeFileSync(path.join(dir, 'client.key'), 'KEY BYTES');
+      const conn = temporalConnection({
+        TEMPORAL_ADDRESS: 'temporal.internal:7233',
+        TEMPORAL_TLS_CLIENT_CERT_PATH: path.join(dir, 'client.pem'),
+        TEMPORAL_TLS_CLIENT_KEY_PATH: path.join(dir, 'client.key'),
+        TEMPORAL_TLS_SERVER_NAME: 'temporal.internal',
+      });
+      const tls = conn.secure.tls;
+      assert.ok(typeof tls === 'object' && tls !== null);
+      assert.equal(tls.serverNameOverride, 'temporal.internal');
+      assert.equal(Buffer.from(tls.clientCertPair?.crt ?? []).toString(), 'CERTIFICATE BYTES');
+      assert.equal(Buffer.from(tls.clientCertPair?.key ?? []).toString(), 'KEY BYTES');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('loads a named profile from the TOML config file, with environment variables taking precedence', () => {
+    const dir = tempDir();
+    try {
+      const file = path.join(dir, 'temporal.toml');
+      fs.writeFileSync(
+        file,
+        [
+          '[profile.staging]',
+          'address = "staging.example.com:7233"',
+          'namespace = "pipelines"',
+          'api_key = "from-profile"',
+        ].join('\n'),
+      );
+      const fromProfile = temporalConnection({ TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'staging' });
+      assert.equal(fromProfile.address, 'staging.example.com:7233');
+      assert.equal(fromProfile.namespace, 'pipelines');
+      assert.equal(fromProfile.secure.apiKey, 'from-profile');
+      const overridden = temporalConnection({
+        TEMPORAL_CONFIG_FILE: file,
+        TEMPORAL_PROFILE: 'staging',
+        TEMPORAL_NAMESPACE: 'other',
+      });
+      assert.equal(overridden.namespace, 'other');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
