@@ -1,4 +1,4 @@
-import { ApplicationFailure, defineQuery, proxyActivities, setHandler } from '@temporalio/workflow';
+import { ApplicationFailure, defineQuery, patched, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import {
@@ -10,7 +10,7 @@ import {
   SummarizeResultSchema,
   TagResultSchema,
 } from '../src/shared';
-import type { PipelineProgress, PipelineResult, StepName } from '../src/shared';
+import type { PipelineProgress, PipelineResult, StepName, SummarizeResult, TagResult } from '../src/shared';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
@@ -86,18 +86,35 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     activityId: 'tag',
   });
 
-  const summary = parseOrFail(
-    SummarizeResultSchema,
-    await step('summarize', () =>
-      summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
-    ),
-    'summarize result',
-  );
-  const tags = parseOrFail(
-    TagResultSchema,
-    await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags })),
-    'tag result',
-  );
+  const summarizeStep = async () =>
+    parseOrFail(
+      SummarizeResultSchema,
+      await step('summarize', () =>
+        summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
+      ),
+      'summarize result',
+    );
+  const tagStep = async () =>
+    parseOrFail(
+      TagResultSchema,
+      await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags })),
+      'tag result',
+    );
+
+  // Summarize and tag are independent model calls, so they run side by side. In histories written before this
+  // change tag is scheduled only after summarize completed: `patched` is false when such a run is replayed, and it
+  // keeps the sequential path. Remove that path once no run started before this deploy is open or still within
+  // the namespace's retention (queries replay closed runs too): replace `patched` with
+  // `deprecatePatch('parallel-model-steps')` and delete the else branch; drop deprecatePatch itself once the
+  // runs started with `patched` are gone in the same way.
+  let summary: SummarizeResult;
+  let tags: TagResult;
+  if (patched('parallel-model-steps')) {
+    [summary, tags] = await Promise.all([summarizeStep(), tagStep()]);
+  } else {
+    summary = await summarizeStep();
+    tags = await tagStep();
+  }
   const publication = parseOrFail(
     PublishResultSchema,
     await step('publish', () =>

@@ -1,0 +1,391 @@
+/**
+ * The pipeline on a real dev server (`temporal server start-dev`), where what the time-skipping server cannot do
+ * happens for real: start-to-close and heartbeat timeouts fire, worker processes are SIGKILLed and replaced, and
+ * a completed run is reset. The model server and the publish target live in this test process, so what they
+ * saw is evidence from outside the workers.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { BlobStore } from '../src/blobs';
+import { dataPaths } from '../src/dependencies';
+import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { PublicationStore } from '../src/publisher/publication-store';
+import { startReceiver } from '../src/publisher/receiver';
+import { recoveryReport } from '../src/report';
+import type { PipelineInput } from '../src/shared';
+import { progressQuery } from '../workflows';
+import type { documentPipeline } from '../workflows';
+import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
+import type { WorkerProcess } from './fixtures/processes';
+import {
+  completion,
+  isTagRequest,
+  localParts,
+  pipelineInput,
+  SAMPLE_TEXT,
+  startModelServer,
+  tempDir,
+  temporalExecutable,
+  workflowBundle,
+} from './helpers';
+import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
+
+type History = temporal.api.history.v1.IHistory;
+type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
+type PipelineHandle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
+
+let env: TestWorkflowEnvironment;
+let bundlePath: string;
+const cleanups: Array<() => Promise<void> | void> = [];
+
+before(async () => {
+  // Timed-out and killed attempts are what these tests are about; the SDK logs each one as a warning.
+  Runtime.install({ logger: new DefaultLogger('ERROR') });
+  env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+  const dir = tempDir('dev-server-bundle-');
+  cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+  bundlePath = await writeWorkflowBundle(dir);
+});
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await env?.teardown();
+});
+
+/** Local parts in a temp folder, closed and removed after the file's tests. */
+function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
+  const created = localParts(options);
+  cleanups.push(() => {
+    created.close();
+    fs.rmSync(created.dir, { recursive: true, force: true });
+  });
+  return created;
+}
+
+/** An empty temp folder, removed after the file's tests. */
+function scratchDir(): string {
+  const dir = tempDir();
+  cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A scripted model server, closed after the file's tests. */
+async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
+  const server = await startModelServer(reply);
+  cleanups.push(() => server.close());
+  return server;
+}
+
+/** Answers tag requests with valid JSON tags and summarize requests with a one-line summary. */
+function normalAnswer(request: ChatRequest): ChatReply {
+  return isTagRequest(request)
+    ? { body: completion('{"tags": ["checkpoints", "idempotency"]}') }
+    : { body: completion('Checkpoints let restarts skip finished steps.') };
+}
+
+/** A worker process on the dev server, SIGKILLed after the file's tests if the test left it running. */
+async function workerProcess(env_: Record<string, string>): Promise<WorkerProcess> {
+  const worker = await startWorkerProcess({
+    TEMPORAL_ADDRESS: env.address,
+    TEMPORAL_NAMESPACE: env.namespace ?? 'default',
+    WORKFLOW_BUNDLE_PATH: bundlePath,
+    // Unset whatever the surrounding shell configured: each test chooses its model and target.
+    OPENAI_BASE_URL: '',
+    OPENAI_MODEL: '',
+    OPENAI_API_KEY: '',
+    PUBLISH_WEBHOOK_URL: '',
+    CRASH_AFTER_PUBLISH: '',
+    CRASH_AFTER_MEMO_WRITE: '',
+    // This file's client reads plain payloads.
+    PAYLOAD_ENCRYPTION_KEY: '',
+    PAYLOAD_DECRYPTION_KEYS: '',
+    ...env_,
+  });
+  cleanups.push(async () => {
+    if (worker.child.exitCode === null && worker.child.signalCode === null) await worker.kill();
+  });
+  return worker;
+}
+
+function startPipeline(taskQueue: string, input: PipelineInput): Promise<PipelineHandle> {
+  return env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
+    taskQueue,
+    workflowId: `wf-${randomUUID()}`,
+    args: [input],
+  });
+}
+
+/** Polls until `check` returns a value, failing after `timeoutMs`. */
+async function waitFor<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** The events of one activity (scheduled, started, completed...), found by its activity ID. */
+function activityEvents(history: History, activityId: string) {
+  const events = history.events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === activityId);
+  const belongs = (id: unknown): boolean =>
+    scheduled?.eventId !== undefined && String(id) === String(scheduled.eventId);
+  const find = (pick: (e: HistoryEvent) => unknown): HistoryEvent | undefined =>
+    events.find((e) => belongs(pick(e)));
+  return {
+    scheduled,
+    started: find((e) => e.activityTaskStartedEventAttributes?.scheduledEventId),
+    completed: find((e) => e.activityTaskCompletedEventAttributes?.scheduledEventId),
+  };
+}
+
+/**
+ * A publish webhook that holds every request while closed (the step stays in flight, heartbeating) and, once
+ * opened, passes requests on to `target` and its answer back.
+ */
+async function startGate(target: string): Promise<{ url: string; held: number; open(): void }> {
+  const state = { held: 0, open: false };
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      if (!state.open) {
+        state.held += 1;
+        return;
+      }
+      const key = req.headers['idempotency-key'];
+      fetch(target, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          ...(typeof key === 'string' ? { 'idempotency-key': key } : {}),
+        },
+        body: Buffer.concat(chunks),
+      })
+        .then(async (answer) => {
+          res.writeHead(answer.status, { 'content-type': 'application/json' });
+          res.end(await answer.text());
+        })
+        .catch((err: unknown) => {
+          res.writeHead(502);
+          res.end(String(err));
+        });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('gate did not bind a TCP port');
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return {
+    url: `http://127.0.0.1:${address.port}/publications`,
+    get held() {
+      return state.held;
+    },
+    open: () => {
+      state.open = true;
+    },
+  };
+}
+
+describe('documentPipeline on a real dev server', () => {
+  it('retries a hung model call after its start-to-close timeout, under the same idempotency key', async () => {
+    let summarizeCalls = 0;
+    const server = await modelServer((request) =>
+      !isTagRequest(request) && ++summarizeCalls === 1 ? 'hang' : normalAnswer(request),
+    );
+    // The client's own timeout is far away, so it is Temporal's start-to-close (3 s) that ends the first attempt.
+    const model = new OpenAICompatibleModel({
+      baseUrl: server.baseUrl,
+      model: 'test-model',
+      apiKey: 'test-key',
+      requestTimeoutMs: 60_000,
+    });
+    const local = parts({ model });
+    const taskQueue = `test-${randomUUID()}`;
+    const worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: await workflowBundle(),
+      activities: createActivities(local.deps),
+    });
+    const handle = await startPipeline(
+      taskQueue,
+      pipelineInput(local.blobs, SAMPLE_TEXT, { options: { modelTimeoutSeconds: 3 } }),
+    );
+
+    const { result, history } = await worker.runUntil(async () => ({
+      result: await handle.result(),
+      history: await handle.fetchHistory(),
+    }));
+
+    const runId = handle.firstExecutionRunId;
+    assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
+    assert.equal(result.publication.revision, 1);
+    assert.deepEqual(
+      server.requests.filter((r) => !isTagRequest(r)).map((r) => r.idempotencyKey),
+      [`${runId}:summarize`, `${runId}:summarize`],
+    );
+    const summarize = recoveryReport(history).steps.find((s) => s.step === 'summarize');
+    assert.equal(summarize?.attempts, 2);
+    assert.match(summarize?.lastFailure ?? '', /start.?to.?close/i);
+  });
+
+  it('finishes on a new worker after the first is killed once tag completed: summarize and tag ran exactly once', async () => {
+    const server = await modelServer(normalAnswer);
+    const store = new PublicationStore(path.join(scratchDir(), 'publications.db'));
+    cleanups.push(() => store.close());
+    const receiver = await startReceiver(store);
+    cleanups.push(() => receiver.close());
+    // Publish cannot finish on worker 1: the gate holds its request until worker 1 is dead.
+    const gate = await startGate(receiver.url);
+    // Each worker has its own data folder (the document's text in each), so no memo of worker 1 could hide a
+    // second model call by worker 2: the model server's count is the evidence.
+    const dirs = [scratchDir(), scratchDir()];
+    const inputs = dirs.map((dir) => pipelineInput(new BlobStore(dataPaths(dir).blobs), SAMPLE_TEXT));
+    const input = inputs[0];
+    assert.ok(input !== undefined);
+    assert.equal(inputs[1]?.textRef, input.textRef);
+    const taskQueue = `test-${randomUUID()}`;
+    const workerEnv = (dir: string | undefined, identity: string): Record<string, string> => ({
+      TEMPORAL_TASK_QUEUE: taskQueue,
+      DATA_DIR: dir ?? '',
+      OPENAI_BASE_URL: server.baseUrl,
+      OPENAI_MODEL: 'test-model',
+      PUBLISH_WEBHOOK_URL: gate.url,
+      WORKER_IDENTITY: identity,
+    });
+
+    const worker1 = await workerProcess(workerEnv(dirs[0], 'worker-1'));
+    const handle = await startPipeline(taskQueue, input);
+    await waitFor('publish to reach the held webhook', async () => (gate.held > 0 ? true : undefined));
+    const before = await handle.fetchHistory();
+    assert.ok(activityEvents(before, 'tag').completed, 'tag is not recorded as completed');
+    assert.equal(activityEvents(before, 'publish').completed, undefined, 'publish completed on worker 1');
+    assert.deepEqual((await handle.query(progressQuery)).steps, {
+      summarize: 'done',
+      tag: 'done',
+      publish: 'running',
+    });
+    assert.equal(await worker1.kill(), 'SIGKILL');
+
+    gate.open();
+    const worker2 = await workerProcess(workerEnv(dirs[1], 'worker-2'));
+    const result = await handle.result();
+    const history = await handle.fetchHistory();
+
+    const runId = handle.firstExecutionRunId;
+    assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
+    assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
+    assert.deepEqual(result.publication, {
+      idempotencyKey: `${runId}:publish`,
+      target: 'webhook',
+      documentId: input.documentId,
+      revision: 1,
+      duplicate: false,
+    });
+    assert.deepEqual(
+      server.requests.map((r) => [isTagRequest(r) ? 'tag' : 'summarize', r.idempotencyKey]).sort(),
+      [
+        ['summarize', `${runId}:summarize`],
+        ['tag', `${runId}:tag`],
+      ],
+    );
+    assert.equal(store.countPublications(), 1);
+    assert.deepEqual(store.revisionsOf(input.documentId), [
+      { revision: 1, idempotencyKey: `${runId}:publish` },
+    ]);
+    const workerOf = (id: string) =>
+      activityEvents(history, id).started?.activityTaskStartedEventAttributes?.identity;
+    assert.deepEqual(['summarize', 'tag', 'publish'].map(workerOf), [
+      'worker-1',
+      'worker-1',
+      worker2.identity,
+    ]);
+  });
+
+  it('leaves one publication, delivered under one key, when the worker dies between publish and completion', async () => {
+    const local = parts();
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const taskQueue = `test-${randomUUID()}`;
+    const common = { TEMPORAL_TASK_QUEUE: taskQueue, DATA_DIR: local.dir };
+
+    const worker1 = await workerProcess({ ...common, CRASH_AFTER_PUBLISH: '1' });
+    const handle = await startPipeline(taskQueue, input);
+    assert.equal(await worker1.exited, 'SIGKILL');
+    await workerProcess(common);
+    const result = await handle.result();
+
+    const key = `${handle.firstExecutionRunId}:publish`;
+    assert.match(worker1.output(), new RegExp(`CRASH after publishing under ${key}`));
+    assert.equal(result.publication.idempotencyKey, key);
+    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication.duplicate, true);
+    assert.equal(local.store.countPublications(), 1);
+    assert.deepEqual(local.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+    assert.deepEqual(
+      local.store.deliveries().map((d) => [d.documentId, d.idempotencyKey, d.outcome]),
+      [
+        [input.documentId, key, 'created'],
+        [input.documentId, key, 'duplicate'],
+      ],
+    );
+  });
+
+  it('publishes revision 2 of the same document after a reset, under the new run ID', async () => {
+    const local = parts();
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const taskQueue = `test-${randomUUID()}`;
+    const worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: await workflowBundle(),
+      activities: createActivities(local.deps),
+    });
+    const handle = await startPipeline(taskQueue, input);
+
+    const { oldRun, newRun, result } = await worker.runUntil(async () => {
+      await handle.result();
+      // The workflow task that scheduled publish: it followed the completion of both model steps (tag's last).
+      const publish = activityEvents(await handle.fetchHistory(), 'publish').scheduled;
+      const resetPoint = publish?.activityTaskScheduledEventAttributes?.workflowTaskCompletedEventId;
+      assert.ok(resetPoint, 'no publish step in the history');
+      const { runId } = await env.client.workflowService.resetWorkflowExecution({
+        namespace: env.namespace ?? 'default',
+        workflowExecution: { workflowId: handle.workflowId, runId: handle.firstExecutionRunId },
+        workflowTaskFinishEventId: resetPoint,
+        reason: 'test: redo publish',
+        requestId: randomUUID(),
+      });
+      assert.ok(runId, 'the reset returned no run ID');
+      const reset = env.client.workflow.getHandle<typeof documentPipeline>(handle.workflowId, runId);
+      return { oldRun: handle.firstExecutionRunId, newRun: runId, result: await reset.result() };
+    });
+
+    assert.notEqual(newRun, oldRun);
+    // The model steps were not run again: their results (and keys) come from the original run's history.
+    assert.equal(result.summary.idempotencyKey, `${oldRun}:summarize`);
+    assert.equal(result.tags.idempotencyKey, `${oldRun}:tag`);
+    assert.equal(result.publication.idempotencyKey, `${newRun}:publish`);
+    assert.equal(result.publication.revision, 2);
+    assert.equal(result.publication.duplicate, false);
+    assert.equal(local.store.countPublications(), 1);
+    assert.deepEqual(local.store.revisionsOf(input.documentId), [
+      { revision: 1, idempotencyKey: `${oldRun}:publish` },
+      { revision: 2, idempotencyKey: `${newRun}:publish` },
+    ]);
+  });
+});
