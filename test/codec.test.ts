@@ -5,7 +5,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { Client } from '@temporalio/client';
 import { createActivities } from '../activities';
 import {
@@ -97,6 +97,16 @@ describe('AES-GCM payload codec', () => {
   });
 });
 
+// Every SDK and activity log line of this test process, to check that no secret is ever logged.
+const logs: string[] = [];
+Runtime.install({
+  logger: new DefaultLogger('DEBUG', (entry) =>
+    logs.push(
+      JSON.stringify(entry, (_key, value: unknown) => (typeof value === 'bigint' ? String(value) : value)),
+    ),
+  ),
+});
+
 describe('encrypted runs on a real dev server', () => {
   const SECRET_API_KEY = `sk-test-${randomUUID()}`;
   const TEXT_MARKER = 'Zanzibarian quokkas';
@@ -109,7 +119,7 @@ describe('encrypted runs on a real dev server', () => {
     await env?.teardown();
   });
 
-  it('stores no document text, summary, tag, failure message or API key in plaintext, and replays', async () => {
+  it('stores no document text, summary, tag, failure message or API key in plaintext, logs no secret, and replays', async () => {
     const model = await startModelServer((request) =>
       isTagRequest(request)
         ? { body: completion(JSON.stringify({ tags: ['quokka fauna', 'island wildlife'] })) }
@@ -157,6 +167,12 @@ describe('encrypted runs on a real dev server', () => {
       });
       // The model server did get the key (it is the provider's credential), but only over HTTP.
       assert.equal(model.requests[0]?.authorization, `Bearer ${SECRET_API_KEY}`);
+      assert.ok(logs.length > 0, 'the logger captured nothing: the check below would prove nothing');
+      assert.ok(!logs.join('\n').includes(SECRET_API_KEY), 'a log line holds the API key');
+      const described = await client.workflow.getHandle(goodId).describe();
+      assert.ok(
+        !JSON.stringify(described.raw.workflowExecutionInfo?.searchAttributes ?? {}).includes(SECRET_API_KEY),
+      );
 
       for (const workflowId of [goodId, badId]) {
         const raw = historyToJSON(await env.client.workflow.getHandle(workflowId).fetchHistory());
