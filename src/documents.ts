@@ -13,12 +13,7 @@ export type Decoded = { ok: true; text: string } | { ok: false; reason: string }
  */
 export function decodeDocument(bytes: Uint8Array, maxBytes: number): Decoded {
   if (bytes.byteLength === 0) return { ok: false, reason: 'the file is empty; give it some text' };
-  if (bytes.byteLength > maxBytes) {
-    return {
-      ok: false,
-      reason: `the file is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit; split it or raise MAX_DOCUMENT_BYTES`,
-    };
-  }
+  if (bytes.byteLength > maxBytes) return { ok: false, reason: tooBig(bytes.byteLength, maxBytes) };
   const nul = bytes.indexOf(0);
   if (nul !== -1) {
     return {
@@ -34,6 +29,10 @@ export function decodeDocument(bytes: Uint8Array, maxBytes: number): Decoded {
   }
   if (text.trim() === '') return { ok: false, reason: 'it holds only white space; give it some text' };
   return { ok: true, text };
+}
+
+function tooBig(size: number, maxBytes: number): string {
+  return `the file is ${size} bytes, over the ${maxBytes}-byte limit; split it or raise MAX_DOCUMENT_BYTES`;
 }
 
 export interface DocumentFile {
@@ -62,6 +61,12 @@ export function collectDocuments(
   const consider = (file: string): void => {
     let bytes: Buffer;
     try {
+      // Sized before it is read: an over-size file is refused without loading it (past 2 GiB Node cannot).
+      const { size } = fs.statSync(file);
+      if (size > maxBytes) {
+        rejected.push({ source: file, reason: tooBig(size, maxBytes) });
+        return;
+      }
       bytes = fs.readFileSync(file);
     } catch (err) {
       // A dangling symlink (an editor's lock file such as `.#notes.md`, say) or an unreadable file.

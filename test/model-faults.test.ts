@@ -1,0 +1,590 @@
+/**
+ * Model faults against a real OpenAI-compatible HTTP server on loopback: each way a provider fails, through the
+ * summarize and tag activities (MockActivityEnvironment) and, for a few, through real runs on the time-skipping
+ * server. Retryable faults must be retryable (with Retry-After honoured), the rest must fail at once and say why.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { ActivityFailure, ApplicationFailure, CancelledFailure, RetryState } from '@temporalio/common';
+import { msToNumber } from '@temporalio/common/lib/time';
+import { WorkflowFailedError } from '@temporalio/client';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
+import { MockActivityEnvironment, TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { FailureType } from '../src/shared';
+import type { SummarizeResult, TagResult } from '../src/shared';
+import type { documentPipeline } from '../workflows';
+import {
+  completion,
+  isTagRequest,
+  localParts,
+  pipelineInput,
+  SAMPLE_TEXT,
+  startModelServer,
+  temporalExecutable,
+  workflowBundle,
+} from './helpers';
+import type { ChatReply, ChatRequest, LocalParts } from './helpers';
+
+let env: TestWorkflowEnvironment;
+const cleanups: Array<() => Promise<void> | void> = [];
+const quietLogger = new DefaultLogger('ERROR');
+
+before(async () => {
+  Runtime.install({
+    logger: quietLogger,
+    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
+  });
+  env = await TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: temporalExecutable('test-server') },
+  });
+  await workflowBundle();
+});
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await env?.teardown();
+});
+
+function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
+  const created = localParts(options);
+  cleanups.push(() => {
+    created.close();
+    fs.rmSync(created.dir, { recursive: true, force: true });
+  });
+  return created;
+}
+
+function openAIModel(baseUrl: string, requestTimeoutMs = 5_000): OpenAICompatibleModel {
+  return new OpenAICompatibleModel({ baseUrl, model: 'test-model', apiKey: 'test-key', requestTimeoutMs });
+}
+
+const SUMMARY = 'Checkpoints let restarts skip finished steps.';
+const TAGS = '{"tags": ["checkpoints", "idempotency"]}';
+
+/** The normal answer: a summary for summarize requests, valid JSON tags for tag requests. */
+function normalAnswer(request: ChatRequest): ChatReply {
+  return { body: completion(isTagRequest(request) ? TAGS : SUMMARY) };
+}
+
+/** A scripted model server from test/helpers (status, headers, body, or a hang), closed after the file. */
+async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply) {
+  const server = await startModelServer(reply);
+  cleanups.push(() => server.close());
+  return server;
+}
+
+interface SeenRequest {
+  idempotencyKey: string | undefined;
+  tag: boolean;
+  /** The connection closed before this server finished its answer: the client gave up, or the server reset it. */
+  abandoned: boolean;
+}
+
+interface RawExchange {
+  n: number;
+  tag: boolean;
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  answer(body: unknown, status?: number): void;
+}
+
+/**
+ * A model server at the socket level, for what startModelServer cannot do: reset a connection, cut a body short,
+ * answer late, and notice when the client hangs up.
+ */
+async function rawModelServer(
+  handle: (exchange: RawExchange) => void,
+): Promise<{ baseUrl: string; seen: SeenRequest[] }> {
+  const seen: SeenRequest[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const header = req.headers['idempotency-key'];
+      const entry: SeenRequest = {
+        idempotencyKey: typeof header === 'string' ? header : undefined,
+        tag: Buffer.concat(chunks).toString('utf8').includes('topic tags'),
+        abandoned: false,
+      };
+      seen.push(entry);
+      res.on('close', () => {
+        if (!res.writableFinished) entry.abandoned = true;
+      });
+      handle({
+        n: seen.length,
+        tag: entry.tag,
+        req,
+        res,
+        answer: (body, status = 200) => {
+          if (res.destroyed) return;
+          res.writeHead(status, { 'content-type': 'application/json' });
+          res.end(typeof body === 'string' ? body : JSON.stringify(body));
+        },
+      });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('server did not bind a TCP port');
+  return { baseUrl: `http://127.0.0.1:${address.port}/v1`, seen };
+}
+
+async function until(condition: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+type Step = 'summarize' | 'tag';
+
+/** One attempt of one model step of a fresh run, in MockActivityEnvironment, against `model`. */
+function stepAttempt(step: Step, model: OpenAICompatibleModel) {
+  const local = parts({ model });
+  const runId = randomUUID();
+  const mock = new MockActivityEnvironment(
+    { activityId: step, workflowExecution: { workflowId: `wf-${randomUUID()}`, runId } },
+    { logger: quietLogger },
+  );
+  const activities = createActivities(local.deps);
+  const base = { documentId: 'doc-1', textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')) };
+  const run = (): Promise<SummarizeResult | TagResult> =>
+    step === 'summarize'
+      ? mock.run(activities.summarize, { ...base, maxSentences: 2 })
+      : mock.run(activities.tag, { ...base, maxTags: 3 });
+  return { local, mock, key: `${runId}:${step}`, run };
+}
+
+/** Asserts an ApplicationFailure thrown by an activity: its type, whether Temporal may retry it, its message. */
+function applicationFailure(
+  type: string,
+  retryable: boolean,
+  message: RegExp[],
+  check: (failure: ApplicationFailure) => void = () => {},
+): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+    assert.equal(err.type, type, err.message);
+    assert.equal(err.nonRetryable, !retryable, err.message);
+    for (const pattern of message) assert.match(err.message, pattern);
+    check(err);
+    return true;
+  };
+}
+
+describe('model faults through the activities', () => {
+  const statusCases: Array<{
+    name: string;
+    reply: ChatReply;
+    step: Step;
+    expect: (err: unknown) => boolean;
+  }> = [
+    {
+      name: '429 with Retry-After in seconds is retryable and the next retry waits exactly that long',
+      reply: { status: 429, headers: { 'retry-after': '7' }, body: { error: 'rate limited' } },
+      step: 'summarize',
+      expect: applicationFailure(
+        FailureType.TransientModelError,
+        true,
+        [/HTTP 429/, /Retry-After 7 s/, /rate limited/],
+        (f) => {
+          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+          assert.equal(msToNumber(f.nextRetryDelay), 7_000);
+        },
+      ),
+    },
+    {
+      name: '500 is retryable with the policy backoff, quoting the body',
+      reply: { status: 500, body: { error: 'upstream exploded' } },
+      step: 'tag',
+      expect: applicationFailure(
+        FailureType.TransientModelError,
+        true,
+        [/HTTP 500/, /upstream exploded/, /will retry/],
+        (f) => {
+          assert.equal(f.nextRetryDelay, undefined);
+        },
+      ),
+    },
+    {
+      name: 'a JSON body cut short is retryable ModelOutputInvalid',
+      reply: { body: '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Checkp' },
+      step: 'summarize',
+      expect: applicationFailure(FailureType.ModelOutputInvalid, true, [
+        /not a chat completion/,
+        /"content": "Checkp/,
+      ]),
+    },
+    {
+      name: 'a body that is not JSON at all is retryable ModelOutputInvalid quoting it',
+      reply: { body: '<html><body>502 Bad Gateway (nginx)</body></html>' },
+      step: 'tag',
+      expect: applicationFailure(FailureType.ModelOutputInvalid, true, [
+        /not a chat completion/,
+        /502 Bad Gateway \(nginx\)/,
+      ]),
+    },
+    {
+      name: 'a refusal (message.refusal) is non-retryable ModelRejected quoting it',
+      reply: {
+        body: {
+          choices: [
+            {
+              index: 0,
+              message: { role: 'assistant', content: null, refusal: 'I cannot help with this document.' },
+              finish_reason: 'stop',
+            },
+          ],
+        },
+      },
+      step: 'summarize',
+      expect: applicationFailure(FailureType.ModelRejected, false, [
+        /refused the document/,
+        /I cannot help with this document\./,
+      ]),
+    },
+    {
+      name: "finish_reason 'content_filter' is non-retryable ModelRejected",
+      reply: {
+        body: {
+          choices: [
+            { index: 0, message: { role: 'assistant', content: '' }, finish_reason: 'content_filter' },
+          ],
+        },
+      },
+      step: 'tag',
+      expect: applicationFailure(FailureType.ModelRejected, false, [
+        /refused the document/,
+        /content filter/,
+      ]),
+    },
+    {
+      name: "finish_reason 'length' (cut off) is retryable ModelOutputInvalid",
+      reply: {
+        body: {
+          choices: [
+            { index: 0, message: { role: 'assistant', content: 'Checkpoints let' }, finish_reason: 'length' },
+          ],
+        },
+      },
+      step: 'summarize',
+      expect: applicationFailure(FailureType.ModelOutputInvalid, true, [/cut off/, /finish_reason "length"/]),
+    },
+  ];
+  for (const { name, reply, step, expect } of statusCases) {
+    it(name, async () => {
+      const server = await modelServer(() => reply);
+      const attempt = stepAttempt(step, openAIModel(server.baseUrl));
+      await assert.rejects(attempt.run(), expect);
+      assert.deepEqual(
+        server.requests.map((r) => r.idempotencyKey),
+        [attempt.key],
+      );
+      assert.equal(attempt.local.memo.count(), 0, 'a failed answer was memoised');
+    });
+  }
+
+  it('429 with Retry-After as an HTTP date waits until that date', async () => {
+    const server = await modelServer(() => ({
+      status: 429,
+      headers: { 'retry-after': new Date(Date.now() + 30_000).toUTCString() },
+      body: { error: 'slow down' },
+    }));
+    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl));
+    await assert.rejects(
+      attempt.run(),
+      applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
+        assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+        const ms = msToNumber(f.nextRetryDelay);
+        assert.ok(ms > 27_000 && ms <= 30_000, `nextRetryDelay ${ms} ms`);
+      }),
+    );
+  });
+
+  const tagCases = [
+    { name: 'an empty list', content: '{"tags": []}', path: /\(tags: /, excerpt: '{"tags": []}' },
+    {
+      name: 'an empty tag',
+      content: '{"tags": ["checkpoints", ""]}',
+      path: /\(tags\.1: /,
+      excerpt: '"checkpoints", ""',
+    },
+    { name: 'a number for a tag', content: '{"tags": [42]}', path: /\(tags\.0: /, excerpt: '[42]' },
+    {
+      name: 'a 61-character tag',
+      content: `{"tags": ["${'x'.repeat(61)}"]}`,
+      path: /\(tags\.0: /,
+      excerpt: 'xxxxxxxxxx',
+    },
+    {
+      name: 'one string for the list',
+      content: '{"tags": "checkpoints, idempotency"}',
+      path: /\(tags: /,
+      excerpt: 'checkpoints, idempotency',
+    },
+  ];
+  for (const { name, content, path, excerpt } of tagCases) {
+    it(`tags that fail the schema (${name}) are retryable ModelOutputInvalid naming the field`, async () => {
+      const server = await modelServer(() => ({ body: completion(content) }));
+      const attempt = stepAttempt('tag', openAIModel(server.baseUrl));
+      await assert.rejects(
+        attempt.run(),
+        applicationFailure(
+          FailureType.ModelOutputInvalid,
+          true,
+          [/did not answer with \{"tags": \[\.\.\.\]\}/, path],
+          (f) => assert.ok(f.message.includes(excerpt), f.message),
+        ),
+      );
+      assert.equal(attempt.local.memo.count(), 0);
+    });
+  }
+
+  it('a request with no answer is retryable and says no answer came within the timeout; the request is dropped', async () => {
+    const server = await rawModelServer(() => {});
+    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl, 300));
+    const started = Date.now();
+    await assert.rejects(
+      attempt.run(),
+      applicationFailure(FailureType.TransientModelError, true, [/no answer within 300 ms/, /will retry/]),
+    );
+    const ms = Date.now() - started;
+    assert.ok(ms >= 290 && ms < 3_000, `gave up after ${ms} ms`);
+    await until(() => server.seen[0]?.abandoned === true, 'the client to hang up');
+    assert.deepEqual(
+      server.seen.map((s) => s.idempotencyKey),
+      [attempt.key],
+    );
+  });
+
+  it('a connection reset is retryable and says the request failed', async () => {
+    const server = await rawModelServer(({ req }) => req.socket.destroy());
+    const attempt = stepAttempt('tag', openAIModel(server.baseUrl));
+    await assert.rejects(
+      attempt.run(),
+      applicationFailure(FailureType.TransientModelError, true, [
+        /request failed/,
+        /will retry/,
+        new RegExp(server.baseUrl),
+      ]),
+    );
+    assert.equal(server.seen.length, 1, 'the POST was repeated by the HTTP client');
+    assert.equal(attempt.local.memo.count(), 0);
+  });
+
+  it('a body cut off mid-transfer (connection closed before Content-Length bytes) is retryable', async () => {
+    const server = await rawModelServer(({ res }) => {
+      const body = JSON.stringify(completion(SUMMARY));
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) });
+      res.write(body.slice(0, 40));
+      setTimeout(() => res.destroy(), 50);
+    });
+    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl));
+    await assert.rejects(
+      attempt.run(),
+      applicationFailure(FailureType.TransientModelError, true, [/request failed/, /will retry/]),
+    );
+  });
+
+  it('heartbeats while a slow model takes 5 s to answer, then returns the answer', async () => {
+    const server = await rawModelServer(({ answer }) => {
+      setTimeout(() => answer(completion(SUMMARY)), 5_000);
+    });
+    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl, 30_000));
+    let duringCall = 0;
+    attempt.mock.on('heartbeat', () => {
+      if (server.seen.length > 0) duringCall++;
+    });
+    const result = await attempt.run();
+    assert.ok(duringCall >= 2, `${duringCall} heartbeat(s) while the model was thinking`);
+    assert.ok('summary' in result, 'not a summarize result');
+    assert.equal(result.summary, SUMMARY);
+    assert.equal(result.idempotencyKey, attempt.key);
+    assert.equal(result.memoised, false);
+    assert.deepEqual(result.usage, { inputTokens: 100, outputTokens: 20 });
+    assert.deepEqual(result.model, { provider: 'openai-compatible', model: 'test-model' });
+  });
+
+  it('cancelling the activity aborts the HTTP request at once', async () => {
+    const server = await rawModelServer(() => {});
+    const attempt = stepAttempt('tag', openAIModel(server.baseUrl, 5_000));
+    const running = attempt.run();
+    await until(() => server.seen.length === 1, 'the request to arrive');
+    const cancelledAt = Date.now();
+    attempt.mock.cancel();
+    await assert.rejects(running, (err) => {
+      assert.ok(err instanceof CancelledFailure, `expected CancelledFailure, got ${String(err)}`);
+      return true;
+    });
+    await until(() => server.seen[0]?.abandoned === true, 'the connection to close', 2_000);
+    assert.ok(Date.now() - cancelledAt < 2_000, 'the request outlived the cancellation');
+    assert.equal(attempt.local.memo.count(), 0);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// A few of the same faults through real runs: what the retry policy makes of them.
+// ---------------------------------------------------------------------------------------------------------------
+
+type Handle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
+
+/** Starts the pipeline on a fresh task queue with a worker on `local` until `use` is done with the handle. */
+async function withPipeline<T>(local: LocalParts, use: (handle: Handle) => Promise<T>): Promise<T> {
+  const taskQueue = `model-faults-${randomUUID()}`;
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: createActivities(local.deps),
+  });
+  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
+    taskQueue,
+    workflowId: `wf-${randomUUID()}`,
+    args: [pipelineInput(local.blobs, SAMPLE_TEXT)],
+  });
+  return worker.runUntil(use(handle));
+}
+
+/** The attempt number of the recorded (final) start of a step. */
+function finalAttempt(history: temporal.api.history.v1.IHistory, activityId: string): number | undefined {
+  const events = history.events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === activityId);
+  const started = events.find(
+    (e) => String(e.activityTaskStartedEventAttributes?.scheduledEventId) === String(scheduled?.eventId),
+  );
+  return started?.activityTaskStartedEventAttributes?.attempt ?? undefined;
+}
+
+function stepFailure(
+  activityId: string,
+  check: (failure: ApplicationFailure, activity: ActivityFailure) => void,
+): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
+    assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
+    assert.equal(err.cause.activityId, activityId);
+    assert.ok(
+      err.cause.cause instanceof ApplicationFailure,
+      `expected ApplicationFailure, got ${String(err.cause.cause)}`,
+    );
+    check(err.cause.cause, err.cause);
+    return true;
+  };
+}
+
+describe('model faults through real runs on the time-skipping server', () => {
+  it('a connection reset on the first summarize attempt is retried under the same key and the run completes', async () => {
+    let resets = 0;
+    const server = await rawModelServer(({ tag, req, answer }) => {
+      if (!tag && resets++ === 0) req.socket.destroy();
+      else answer(completion(tag ? TAGS : SUMMARY));
+    });
+    const local = parts({ model: openAIModel(server.baseUrl) });
+    const { result, runId, history } = await withPipeline(local, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+      history: await handle.fetchHistory(),
+    }));
+    assert.equal(result.summary.summary, SUMMARY);
+    assert.equal(result.publication.revision, 1);
+    assert.equal(finalAttempt(history, 'summarize'), 2);
+    const keys = server.seen.filter((s) => !s.tag).map((s) => s.idempotencyKey);
+    assert.deepEqual(keys, [`${runId}:summarize`, `${runId}:summarize`]);
+  });
+
+  it('a request timeout on the first tag attempt is retried under the same key and the run completes', async () => {
+    let hung = 0;
+    const server = await rawModelServer(({ tag, answer }) => {
+      if (tag && hung++ === 0) return;
+      answer(completion(tag ? TAGS : SUMMARY));
+    });
+    const local = parts({ model: openAIModel(server.baseUrl, 500) });
+    const { result, runId, history } = await withPipeline(local, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+      history: await handle.fetchHistory(),
+    }));
+    assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
+    assert.equal(finalAttempt(history, 'tag'), 2);
+    const tagRequests = server.seen.filter((s) => s.tag);
+    assert.deepEqual(
+      tagRequests.map((s) => s.idempotencyKey),
+      [`${runId}:tag`, `${runId}:tag`],
+    );
+    assert.equal(tagRequests[0]?.abandoned, true, 'the timed-out request was left open');
+  });
+
+  it('a refusal of the summary fails the run at once: one request, no retry, nothing published', async () => {
+    const server = await modelServer((request) =>
+      isTagRequest(request)
+        ? normalAnswer(request)
+        : {
+            body: {
+              choices: [
+                {
+                  index: 0,
+                  message: { role: 'assistant', content: null, refusal: 'Policy says no.' },
+                  finish_reason: 'stop',
+                },
+              ],
+            },
+          },
+    );
+    const local = parts({ model: openAIModel(server.baseUrl) });
+    await withPipeline(local, (handle) =>
+      assert.rejects(
+        handle.result(),
+        stepFailure('summarize', (failure, activity) => {
+          assert.equal(failure.type, FailureType.ModelRejected);
+          assert.equal(failure.nonRetryable, true);
+          assert.match(failure.message, /refused the document: Policy says no\./);
+          assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);
+        }),
+      ),
+    );
+    assert.equal(
+      server.requests.filter((r) => !isTagRequest(r)).length,
+      1,
+      'the refused summary was retried',
+    );
+    assert.equal(local.store.countPublications(), 0);
+  });
+
+  it('tags that keep failing the schema fail the run after all 6 attempts with a message saying what was wrong', async () => {
+    const server = await modelServer((request) =>
+      isTagRequest(request) ? { body: completion('{"tags": []}') } : normalAnswer(request),
+    );
+    const local = parts({ model: openAIModel(server.baseUrl) });
+    const runId = await withPipeline(local, async (handle) => {
+      await assert.rejects(
+        handle.result(),
+        stepFailure('tag', (failure, activity) => {
+          assert.equal(failure.type, FailureType.ModelOutputInvalid);
+          assert.equal(failure.nonRetryable, false);
+          assert.match(
+            failure.message,
+            /model test-model did not answer with \{"tags": \[\.\.\.\]\} \(tags: /,
+          );
+          assert.match(failure.message, /its answer began: \{"tags": \[\]\}/);
+          assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+        }),
+      );
+      return handle.firstExecutionRunId;
+    });
+    const tagKeys = server.requests.filter(isTagRequest).map((r) => r.idempotencyKey);
+    assert.deepEqual(tagKeys, Array(6).fill(`${runId}:tag`));
+    assert.equal(local.store.countPublications(), 0);
+  });
+});

@@ -1,0 +1,343 @@
+/**
+ * Publisher faults through real runs on the time-skipping server: the webhook publisher talks to a real receiver
+ * (startReceiver over a PublicationStore) through a proxy in this file that injects the fault. Whatever the fault,
+ * every delivery of a run carries one key and the store holds at most one publication for it.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { ActivityFailure, ApplicationFailure, RetryState } from '@temporalio/common';
+import { WorkflowFailedError } from '@temporalio/client';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { tsToMs } from '@temporalio/common/lib/time';
+import type { temporal } from '@temporalio/proto';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { PublicationStore } from '../src/publisher/publication-store';
+import { startReceiver } from '../src/publisher/receiver';
+import { WebhookPublisher } from '../src/publisher/webhook-publisher';
+import { FailureType } from '../src/shared';
+import type { PipelineInput } from '../src/shared';
+import type { Publisher } from '../src/publisher/types';
+import type { documentPipeline } from '../workflows';
+import {
+  localParts,
+  pipelineInput,
+  SAMPLE_TEXT,
+  tempDir,
+  temporalExecutable,
+  workflowBundle,
+} from './helpers';
+import type { LocalParts } from './helpers';
+
+let env: TestWorkflowEnvironment;
+const cleanups: Array<() => Promise<void> | void> = [];
+
+before(async () => {
+  Runtime.install({
+    logger: new DefaultLogger('ERROR'),
+    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
+  });
+  env = await TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: temporalExecutable('test-server') },
+  });
+  await workflowBundle();
+});
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await env?.teardown();
+});
+
+/** What the proxy does with one delivery. */
+type Fault =
+  | { kind: 'forward' }
+  | { kind: 'answer'; status: number; body: unknown; headers?: Record<string, string> }
+  /** Forwards (the receiver commits), then holds the receiver's answer for `ms`: past the publisher's timeout. */
+  | { kind: 'forward-then-delay'; ms: number }
+  /** Forwards (the receiver commits), then resets the connection instead of answering. */
+  | { kind: 'forward-then-reset' };
+
+interface Delivery {
+  idempotencyKey: string | undefined;
+  fault: Fault['kind'];
+  /** Status the publisher was sent, or undefined when it never got an answer. */
+  answered: number | undefined;
+  /** The publisher hung up before the proxy answered. */
+  abandoned: boolean;
+}
+
+/** A receiver and its store in a temp folder, behind a proxy that applies `script` to delivery n (from 1). */
+async function faultyWebhook(script: (n: number) => Fault) {
+  const dir = tempDir('publisher-faults-');
+  const store = new PublicationStore(path.join(dir, 'receiver.db'));
+  const receiver = await startReceiver(store);
+  const deliveries: Delivery[] = [];
+
+  const forward = async (req: http.IncomingMessage, body: Buffer) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    const key = req.headers['idempotency-key'];
+    if (typeof key === 'string') headers['idempotency-key'] = key;
+    const answer = await fetch(receiver.url, { method: 'POST', headers, body });
+    return { status: answer.status, body: await answer.text() };
+  };
+
+  const proxy = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const key = req.headers['idempotency-key'];
+      const fault = script(deliveries.length + 1);
+      const delivery: Delivery = {
+        idempotencyKey: typeof key === 'string' ? key : undefined,
+        fault: fault.kind,
+        answered: undefined,
+        abandoned: false,
+      };
+      deliveries.push(delivery);
+      res.on('close', () => {
+        if (!res.writableFinished) delivery.abandoned = true;
+      });
+      const send = (status: number, body: string, headers: Record<string, string> = {}): void => {
+        if (res.destroyed) return;
+        delivery.answered = status;
+        res.writeHead(status, { 'content-type': 'application/json', ...headers });
+        res.end(body);
+      };
+      const act = async (): Promise<void> => {
+        if (fault.kind === 'answer') return send(fault.status, JSON.stringify(fault.body), fault.headers);
+        const answer = await forward(req, Buffer.concat(chunks));
+        if (fault.kind === 'forward-then-delay')
+          await new Promise((resolve) => setTimeout(resolve, fault.ms));
+        if (fault.kind === 'forward-then-reset') {
+          req.socket.destroy();
+          return;
+        }
+        send(answer.status, answer.body);
+      };
+      act().catch((err: unknown) => send(599, JSON.stringify({ error: `proxy: ${String(err)}` })));
+    });
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const address = proxy.address();
+  if (address === null || typeof address === 'string') throw new Error('proxy did not bind a TCP port');
+
+  cleanups.push(async () => {
+    proxy.closeAllConnections();
+    await new Promise<void>((resolve) => proxy.close(() => resolve()));
+    await receiver.close();
+    store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return { url: `http://127.0.0.1:${address.port}/publications`, store, deliveries };
+}
+
+function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
+  const created = localParts(options);
+  cleanups.push(() => {
+    created.close();
+    fs.rmSync(created.dir, { recursive: true, force: true });
+  });
+  return created;
+}
+
+type Handle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
+
+/**
+ * The webhook publisher, recording what each attempt threw. (The time-skipping server does not record an
+ * attempt's last failure in the history, so the test keeps its own.)
+ */
+function recordingWebhook(url: string, timeoutMs: number): { publisher: Publisher; errors: string[] } {
+  const inner = new WebhookPublisher(url, timeoutMs);
+  const errors: string[] = [];
+  const publisher: Publisher = {
+    kind: inner.kind,
+    publish: (publication, key, signal) =>
+      inner.publish(publication, key, signal).catch((err: unknown) => {
+        errors.push(err instanceof Error ? err.message : String(err));
+        throw err;
+      }),
+  };
+  return { publisher, errors };
+}
+
+/** Runs the pipeline with the offline model and a webhook publisher to `url`, on a fresh task queue. */
+async function withPipeline<T>(
+  url: string,
+  timeoutMs: number,
+  use: (handle: Handle, input: PipelineInput, publishErrors: string[]) => Promise<T>,
+): Promise<T> {
+  const { publisher, errors } = recordingWebhook(url, timeoutMs);
+  const local = parts({ publisher });
+  const taskQueue = `publisher-faults-${randomUUID()}`;
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: createActivities(local.deps),
+  });
+  const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
+    taskQueue,
+    workflowId: `wf-${randomUUID()}`,
+    args: [input],
+  });
+  return worker.runUntil(use(handle, input, errors));
+}
+
+/** The publish step as the history recorded it: the final attempt's number, and server time from schedule to end. */
+function publishStep(history: temporal.api.history.v1.IHistory) {
+  const events = history.events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === 'publish');
+  assert.ok(scheduled?.eventId, 'publish was never scheduled');
+  const ofPublish = (id: unknown) => String(id) === String(scheduled.eventId);
+  const started = events.find((e) => ofPublish(e.activityTaskStartedEventAttributes?.scheduledEventId));
+  const completed = events.find((e) => ofPublish(e.activityTaskCompletedEventAttributes?.scheduledEventId));
+  assert.ok(started?.activityTaskStartedEventAttributes && completed, 'publish did not complete');
+  return {
+    attempt: started.activityTaskStartedEventAttributes.attempt,
+    ms: tsToMs(completed.eventTime) - tsToMs(scheduled.eventTime),
+  };
+}
+
+describe('publisher faults through real runs on the time-skipping server', () => {
+  it('503 (Retry-After 120) then 2xx: one publication, both deliveries under one key, the retry waited 120 s', async () => {
+    const webhook = await faultyWebhook((n) =>
+      n === 1
+        ? {
+            kind: 'answer',
+            status: 503,
+            body: { error: 'down for maintenance' },
+            headers: { 'retry-after': '120' },
+          }
+        : { kind: 'forward' },
+    );
+    const { result, runId, history, input, errors } = await withPipeline(
+      webhook.url,
+      5_000,
+      async (handle, input, errors) => ({
+        result: await handle.result(),
+        runId: handle.firstExecutionRunId,
+        history: await handle.fetchHistory(),
+        input,
+        errors,
+      }),
+    );
+    const key = `${runId}:publish`;
+    assert.deepEqual(result.publication, {
+      idempotencyKey: key,
+      target: 'webhook',
+      documentId: input.documentId,
+      revision: 1,
+      duplicate: false,
+    });
+    assert.deepEqual(
+      webhook.deliveries.map((d) => [d.idempotencyKey, d.answered]),
+      [
+        [key, 503],
+        [key, 201],
+      ],
+    );
+    assert.equal(webhook.store.countPublications(), 1);
+    assert.deepEqual(webhook.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+    const step = publishStep(history);
+    assert.equal(step.attempt, 2);
+    assert.equal(errors.length, 1);
+    assert.match(errors[0] ?? '', /HTTP 503; Retry-After 120 s: .*down for maintenance.*; will retry/);
+    // The policy alone would have retried after 5 s; the receiver asked for 120.
+    assert.ok(step.ms >= 120_000, `the retry came after ${step.ms} ms`);
+  });
+
+  it('422 with a JSON error fails without retry, quoting the body: one delivery, nothing stored', async () => {
+    const webhook = await faultyWebhook(() => ({
+      kind: 'answer',
+      status: 422,
+      body: { error: 'summary mentions a competitor', field: 'summary' },
+    }));
+    await withPipeline(webhook.url, 5_000, (handle) =>
+      assert.rejects(handle.result(), (err) => {
+        assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
+        assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
+        assert.equal(err.cause.activityId, 'publish');
+        assert.equal(err.cause.retryState, RetryState.NON_RETRYABLE_FAILURE);
+        const failure = err.cause.cause;
+        assert.ok(
+          failure instanceof ApplicationFailure,
+          `expected ApplicationFailure, got ${String(failure)}`,
+        );
+        assert.equal(failure.type, FailureType.PublishRejected);
+        assert.equal(failure.nonRetryable, true);
+        assert.match(failure.message, /HTTP 422/);
+        assert.ok(
+          failure.message.includes('{"error":"summary mentions a competitor","field":"summary"}'),
+          failure.message,
+        );
+        assert.match(failure.message, /Retrying cannot fix a 4xx/);
+        return true;
+      }),
+    );
+    assert.equal(webhook.deliveries.length, 1);
+    assert.equal(webhook.store.countPublications(), 0);
+  });
+
+  const lostAnswers: Array<{ name: string; fault: Fault; lastFailure: RegExp }> = [
+    {
+      name: 'a webhook that commits, then answers after the 500 ms timeout',
+      fault: { kind: 'forward-then-delay', ms: 1_500 },
+      lastFailure: /publish webhook at .*: no answer within 500 ms; will retry/,
+    },
+    {
+      name: 'a webhook that commits, then resets the connection',
+      fault: { kind: 'forward-then-reset' },
+      lastFailure: /publish webhook at .*: request failed/,
+    },
+  ];
+  for (const { name, fault, lastFailure } of lostAnswers) {
+    it(`${name}: retried under the same key, the store keeps one publication and the retry gets "duplicate"`, async () => {
+      const webhook = await faultyWebhook((n) => (n === 1 ? fault : { kind: 'forward' }));
+      const { result, runId, history, input, errors } = await withPipeline(
+        webhook.url,
+        500,
+        async (handle, input, errors) => ({
+          result: await handle.result(),
+          runId: handle.firstExecutionRunId,
+          history: await handle.fetchHistory(),
+          input,
+          errors,
+        }),
+      );
+      const key = `${runId}:publish`;
+      assert.deepEqual(result.publication, {
+        idempotencyKey: key,
+        target: 'webhook',
+        documentId: input.documentId,
+        revision: 1,
+        duplicate: true,
+      });
+      assert.equal(webhook.deliveries.length, 2);
+      assert.ok(
+        webhook.deliveries.every((d) => d.idempotencyKey === key),
+        'a retry used another key',
+      );
+      assert.equal(webhook.deliveries[0]?.abandoned, true, 'the first answer reached the publisher');
+      assert.equal(webhook.deliveries[1]?.answered, 200);
+      assert.equal(webhook.store.countPublications(), 1);
+      assert.deepEqual(webhook.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+      assert.deepEqual(
+        webhook.store.deliveries().map((d) => [d.idempotencyKey, d.outcome]),
+        [
+          [key, 'created'],
+          [key, 'duplicate'],
+        ],
+      );
+      const step = publishStep(history);
+      assert.equal(step.attempt, 2);
+      assert.equal(errors.length, 1);
+      assert.match(errors[0] ?? '', lastFailure);
+    });
+  }
+});
