@@ -171,3 +171,18 @@ export function describeIssues(error: z.ZodError): string {
     })
     .join('; ');
 }
+
+/** Inputs written by older (or newer) code get a clear refusal instead of a guess at what their fields meant. */
+export function refuseOtherSchemaVersions(rawInput: unknown): void {
+  if (typeof rawInput !== 'object' || rawInput === null || !('schemaVersion' in rawInput)) return;
+  const version = rawInput.schemaVersion;
+  if (typeof version === 'number' && version !== INPUT_SCHEMA_VERSION) {
+    throw ApplicationFailure.create({
+      type: FailureType.UnsupportedSchemaVersion,
+      nonRetryable: true,
+      message:
+        `pipeline input has schemaVersion ${version}, but this worker understands only ${INPUT_SCHEMA_VERSION}; ` +
+        'resubmit the document with the current client, or run a worker of the matching version',
+    });
+  }
+}

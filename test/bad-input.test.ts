@@ -23,6 +23,7 @@ import {
   FailureType,
   INPUT_SCHEMA_VERSION,
   parseOrFail,
+  refuseOtherSchemaVersions,
   PipelineInputSchema,
   workflowIdFor,
 } from '../src/shared';
@@ -367,6 +368,33 @@ describe('malformed workflow inputs', () => {
         );
       }),
       { numRuns: 1_500 },
+    );
+  });
+
+  it("the workflow's own order (version check, then schema) refuses 1,000 of them with the right type", () => {
+    fc.assert(
+      fc.property(malformedInput, (bad) => {
+        assert.throws(
+          () => {
+            refuseOtherSchemaVersions(bad.input);
+            parseOrFail(PipelineInputSchema, bad.input, 'pipeline input');
+          },
+          (err) => {
+            assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+            assert.equal(err.nonRetryable, true);
+            const version = otherVersionOf(bad.input);
+            if (version === undefined) {
+              assert.equal(err.type, FailureType.InvalidInput, bad.what);
+            } else {
+              assert.equal(err.type, FailureType.UnsupportedSchemaVersion, bad.what);
+              assert.ok(err.message.includes(`schemaVersion ${version}`), err.message);
+            }
+            return true;
+          },
+          bad.what,
+        );
+      }),
+      { numRuns: 1_000 },
     );
   });
 

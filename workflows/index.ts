@@ -1,10 +1,9 @@
-import { ApplicationFailure, defineQuery, patched, proxyActivities, setHandler } from '@temporalio/workflow';
+import { defineQuery, patched, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import {
-  FailureType,
-  INPUT_SCHEMA_VERSION,
   parseOrFail,
+  refuseOtherSchemaVersions,
   PipelineInputSchema,
   PublishResultSchema,
   SummarizeResultSchema,
@@ -52,7 +51,7 @@ const { publish } = proxyActivities<PipelineActivities>(publishOptions);
  * Each activity ID is the step name, so keys read `<runId>:summarize`, `<runId>:tag`, `<runId>:publish`.
  */
 export async function documentPipeline(rawInput: unknown): Promise<PipelineResult> {
-  refuseOldSchema(rawInput);
+  refuseOtherSchemaVersions(rawInput);
   const input = parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
   const { documentId, textRef, title, options } = input;
 
@@ -130,19 +129,4 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     'publish result',
   );
   return { documentId, title, summary, tags, publication };
-}
-
-/** Inputs written by older code get a clear refusal instead of a guess at what their fields meant. */
-function refuseOldSchema(rawInput: unknown): void {
-  if (typeof rawInput !== 'object' || rawInput === null || !('schemaVersion' in rawInput)) return;
-  const version = rawInput.schemaVersion;
-  if (typeof version === 'number' && version !== INPUT_SCHEMA_VERSION) {
-    throw ApplicationFailure.create({
-      type: FailureType.UnsupportedSchemaVersion,
-      nonRetryable: true,
-      message:
-        `pipeline input has schemaVersion ${version}, but this worker understands only ${INPUT_SCHEMA_VERSION}; ` +
-        'resubmit the document with the current client, or run a worker of the matching version',
-    });
-  }
 }
