@@ -22,7 +22,14 @@ export function createTag(deps: {
     const text = deps.texts.read(textRef);
     const { value, ...answer } = await withHeartbeats((signal) =>
       askOnce(
-        { step: 'tag', key, memo: deps.memo, model: deps.model, valueSchema: z.array(z.string()) },
+        {
+          step: 'tag',
+          key,
+          memo: deps.memo,
+          model: deps.model,
+          valueSchema: z.array(z.string()),
+          prices: deps.prices,
+        },
         () => deps.model.tag(text, maxTags, { idempotencyKey: key, signal }),
       ),
     );

@@ -8,7 +8,8 @@ import { dataPaths } from './dependencies';
 import { collectDocuments } from './documents';
 import { describeStep, recoveryReport, summarizeReports } from './report';
 import type { RecoveryReport } from './report';
-import type { PipelineResult } from './shared';
+import { formatCost } from './model/pricing';
+import type { PipelineResult, SummarizeResult, TagResult } from './shared';
 
 /** The documents a fresh clone processes when no paths are given. */
 export const SAMPLES_DIR = path.resolve(__dirname, '..', 'samples');
@@ -84,14 +85,22 @@ function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line: strin
       document: o.title.slice(0, 36),
       status: o.result ? `published r${o.result.publication.revision}` : 'FAILED',
       model: o.result ? `${o.result.summary.model.provider}` : '-',
+      cost: o.result ? describeUsage([o.result.summary, o.result.tags]) : '-',
       tags: o.result ? o.result.tags.tags.join(', ').slice(0, 48) : '-',
       steps,
     };
   });
   print('');
   print('Results');
-  const headers = { document: 'Document', status: 'Status', model: 'Model', tags: 'Tags', steps: 'Steps' };
-  const columns = ['document', 'status', 'model', 'tags'] as const;
+  const headers = {
+    document: 'Document',
+    status: 'Status',
+    model: 'Model',
+    cost: 'Tokens in/out, cost',
+    tags: 'Tags',
+    steps: 'Steps',
+  };
+  const columns = ['document', 'status', 'model', 'cost', 'tags'] as const;
   const widths = columns.map((c) => Math.max(headers[c].length, ...rows.map((r) => r[c].length)));
   const line = (r: Record<(typeof columns)[number], string>): string =>
     columns.map((c, i) => r[c].padEnd(widths[i] ?? 0)).join('  ');
@@ -114,5 +123,17 @@ function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line: strin
   const ok = outcomes.filter((o) => o.result).length;
   print('');
   print(`${ok} of ${outcomes.length} document(s) published, ${outcomes.length - ok} failed.`);
+  const steps = outcomes.flatMap((o) => (o.result ? [o.result.summary, o.result.tags] : []));
+  print(`Model usage: ${describeUsage(steps)} in total, each answer counted once (memoised ones included).`);
   print(summarizeReports(reports));
+}
+
+/** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`. */
+export function describeUsage(steps: readonly (SummarizeResult | TagResult)[]): string {
+  const tokensIn = steps.reduce((sum, s) => sum + s.usage.inputTokens, 0);
+  const tokensOut = steps.reduce((sum, s) => sum + s.usage.outputTokens, 0);
+  const costs = steps.map((s) => s.estimatedCostUsd);
+  const unknown = costs.some((c) => c === null || c === undefined);
+  const cost = unknown ? null : costs.reduce<number>((sum, c) => sum + (c ?? 0), 0);
+  return `${tokensIn}/${tokensOut} tok, ${formatCost(cost)}`;
 }

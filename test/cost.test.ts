@@ -1,0 +1,120 @@
+/** Cost accounting: tokens from the provider's usage fields, priced from the table, counted once per step. */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { after, describe, it } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createActivities } from '../activities';
+import { describeUsage } from '../src/batch';
+import { loadConfig } from '../src/config';
+import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { DEFAULT_PRICES, estimateCost, formatCost } from '../src/model/pricing';
+import type { SummarizeResult, TagResult } from '../src/shared';
+import {
+  completion,
+  isTagRequest,
+  localParts,
+  pipelineInput,
+  SAMPLE_TEXT,
+  startModelServer,
+} from './helpers';
+import type { ModelServer } from './helpers';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+describe('price table', () => {
+  it('prices tokens per million, makes the offline model free, and says n/a without a price', () => {
+    const usage = { inputTokens: 2_000_000, outputTokens: 500_000 };
+    assert.equal(
+      estimateCost(DEFAULT_PRICES, { provider: 'openai-compatible', model: 'gpt-4o-mini' }, usage),
+      0.6,
+    );
+    assert.equal(estimateCost({}, { provider: 'offline', model: 'extractive-wink-nlp' }, usage), 0);
+    assert.equal(estimateCost({}, { provider: 'openai-compatible', model: 'my-local-llm' }, usage), null);
+    assert.equal(formatCost(null), 'n/a');
+    assert.equal(formatCost(0.00021), '$0.000210');
+  });
+
+  it('takes extra and overriding prices from MODEL_PRICES', () => {
+    const config = loadConfig({
+      MODEL_PRICES:
+        '{"my-local-llm": {"inputPerMillion": 0, "outputPerMillion": 0}, "gpt-4o-mini": {"inputPerMillion": 1, "outputPerMillion": 1}}',
+    });
+    assert.deepEqual(config.prices['my-local-llm'], { inputPerMillion: 0, outputPerMillion: 0 });
+    assert.deepEqual(config.prices['gpt-4o-mini'], { inputPerMillion: 1, outputPerMillion: 1 });
+    assert.ok(config.prices['gpt-4o'], 'the defaults stay for models MODEL_PRICES does not name');
+  });
+});
+
+describe('model steps record usage and cost', () => {
+  let server: ModelServer;
+
+  async function runStep(
+    step: 'summarize' | 'tag',
+    runId: string,
+    parts: ReturnType<typeof localParts>,
+    textRef: string,
+  ): Promise<SummarizeResult | TagResult> {
+    const env = new MockActivityEnvironment({
+      activityId: step,
+      workflowExecution: { workflowId: 'wf', runId },
+    });
+    const activities = createActivities(parts.deps);
+    return step === 'summarize'
+      ? env.run(activities.summarize, { documentId: 'doc-1', textRef, maxSentences: 2 })
+      : env.run(activities.tag, { documentId: 'doc-1', textRef, maxTags: 3 });
+  }
+
+  it('takes tokens from the usage fields, prices them, and does not count a memoised answer twice', async () => {
+    server = await startModelServer((request) =>
+      isTagRequest(request)
+        ? { body: completion('{"tags": ["checkpoints"]}', { prompt_tokens: 1_000, completion_tokens: 10 }) }
+        : { body: completion('A summary.', { prompt_tokens: 1_000, completion_tokens: 100 }) },
+    );
+    cleanups.push(() => server.close());
+    const parts = localParts({
+      model: new OpenAICompatibleModel({
+        baseUrl: server.baseUrl,
+        model: 'gpt-4o-mini',
+        apiKey: undefined,
+        requestTimeoutMs: 5_000,
+      }),
+    });
+    parts.deps.prices = DEFAULT_PRICES;
+    cleanups.push(() => {
+      parts.close();
+      fs.rmSync(parts.dir, { recursive: true, force: true });
+    });
+    const { textRef } = pipelineInput(parts.blobs, SAMPLE_TEXT);
+    const runId = randomUUID();
+
+    const summary = await runStep('summarize', runId, parts, textRef);
+    assert.deepEqual(summary.usage, { inputTokens: 1_000, outputTokens: 100 });
+    assert.ok(Math.abs((summary.estimatedCostUsd ?? -1) - 0.00021) < 1e-12);
+
+    // The same step again (a retry after a crash): the memoised answer, with the usage of the one paid call.
+    const retried = await runStep('summarize', runId, parts, textRef);
+    assert.equal(retried.memoised, true);
+    assert.deepEqual(retried.usage, summary.usage);
+    assert.equal(server.requests.length, 1, 'the retry called the model again');
+
+    const tags = await runStep('tag', runId, parts, textRef);
+    // A run's results hold each step once: the total is one summarize call plus one tag call.
+    assert.equal(describeUsage([retried, tags]), '2000/110 tok, $0.000306');
+  });
+
+  it('shows n/a for a model without a price instead of guessing', () => {
+    const step = {
+      summary: 's',
+      idempotencyKey: 'r:summarize',
+      model: { provider: 'openai-compatible' as const, model: 'unpriced' },
+      usage: { inputTokens: 5, outputTokens: 1 },
+      memoised: false,
+      estimatedCostUsd: null,
+    };
+    assert.equal(describeUsage([step]), '5/1 tok, n/a');
+  });
+});
