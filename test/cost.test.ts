@@ -103,7 +103,7 @@ describe('model steps record usage and cost', () => {
 
     const tags = await runStep('tag', runId, parts, textRef);
     // A run's results hold each step once: the total is one summarize call plus one tag call.
-    assert.equal(describeUsage([retried, tags]), '2000/110 tok, $0.000306');
+    assert.equal(describeUsage([retried, tags]), '2000/110 tok, $0.000366');
   });
 
   it('shows n/a for a model without a price instead of guessing', () => {
