@@ -30,7 +30,7 @@ const modelStepOptions: ActivityOptions = {
   },
 };
 
-/** Publish: the target dedupes by key, so retrying is safe; a down target is retried for up to about an hour. */
+/** Publish: the target dedupes by key, so retrying is safe; a down target is retried for about half an hour. */
 const publishOptions: ActivityOptions = {
   activityId: 'publish',
   startToCloseTimeout: '1 minute',
