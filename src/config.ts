@@ -38,6 +38,7 @@ const EnvSchema = z.object({
   TEMPORAL_ADDRESS: optionalText,
   TEMPORAL_NAMESPACE: z.string().trim().min(1).default('default'),
   TEMPORAL_TASK_QUEUE: z.string().trim().min(1).default(DEFAULT_TASK_QUEUE),
+  EMBEDDED_TEMPORAL_PORT: positiveInt(DEFAULT_TEMPORAL_PORT),
   TEMPORAL_UI_PORT: positiveInt(DEFAULT_UI_PORT),
   TEMPORAL_CLI_PATH: optionalText,
   TEMPORAL_TEST_SERVER_PATH: optionalText,
@@ -84,6 +85,8 @@ export interface Config {
   temporalAddress: string | undefined;
   namespace: string;
   taskQueue: string;
+  /** Port of the embedded dev server (and of the "already running" probe) when no address is configured. */
+  embeddedPort: number;
   uiPort: number;
   cliPath: string | undefined;
   testServerPath: string | undefined;
@@ -131,6 +134,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     temporalAddress: e.TEMPORAL_ADDRESS,
     namespace: e.TEMPORAL_NAMESPACE,
     taskQueue: e.TEMPORAL_TASK_QUEUE,
+    embeddedPort: e.EMBEDDED_TEMPORAL_PORT,
     uiPort: e.TEMPORAL_UI_PORT,
     cliPath: e.TEMPORAL_CLI_PATH,
     testServerPath: e.TEMPORAL_TEST_SERVER_PATH,

@@ -6,7 +6,6 @@ import { describeExecutable, resolveTemporalExecutable } from './binaries';
 import type { Config } from './config';
 import { temporalConnection } from './connection';
 import type { TemporalConnection } from './connection';
-import { DEFAULT_TEMPORAL_PORT } from './config';
 
 export interface TemporalTarget {
   address: string;
@@ -23,8 +22,9 @@ export interface TemporalTarget {
 
 /**
  * Connects to TEMPORAL_ADDRESS (or the envconfig profile's address, with its TLS and API key) when set.
- * Otherwise uses a server already answering on localhost:7233, or starts an embedded dev server whose database is a file in the data folder, so its histories (the checkpoints)
- * survive a kill of this process and the next run resumes from them.
+ * Otherwise uses a server already answering on localhost:7233 (EMBEDDED_TEMPORAL_PORT), or starts an embedded
+ * dev server whose database is a file in the data folder, so its histories (the checkpoints) survive a kill of
+ * this process and the next run resumes from them.
  */
 export async function connectOrStartTemporal(config: Config): Promise<TemporalTarget> {
   const noop = async (): Promise<void> => {};
@@ -39,9 +39,9 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
       close: noop,
     };
   }
-  const address = `127.0.0.1:${DEFAULT_TEMPORAL_PORT}`;
+  const address = `127.0.0.1:${config.embeddedPort}`;
   const defaultUi = `http://localhost:${config.uiPort}`;
-  if (await answers('127.0.0.1', DEFAULT_TEMPORAL_PORT)) {
+  if (await answers('127.0.0.1', config.embeddedPort)) {
     return {
       address,
       namespace: config.namespace,
@@ -58,7 +58,7 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
     server: {
       executable,
       ip: '127.0.0.1',
-      port: DEFAULT_TEMPORAL_PORT,
+      port: config.embeddedPort,
       uiPort: config.uiPort,
       namespace: config.namespace,
       dbFilename: path.join(config.dataDir, 'temporal.db'),
