@@ -2,53 +2,36 @@
  * The activities outside a worker, in MockActivityEnvironment: which key each step builds, that the key reaches
  * the model server, and that a received answer is never paid for twice.
  */
-import { describe, it, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { idempotencyKey } from '../activities/idempotency';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { FailureType } from '../src/shared';
-import { completion, isTagRequest, localParts, SAMPLE_TEXT, startModelServer } from './helpers';
-import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
+import { answering, cleanupAfterAll, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
+import type { LocalParts, ModelServer } from './helpers';
 
-const cleanups: Array<() => Promise<void> | void> = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
+const defer = cleanupAfterAll();
 
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
+const normalAnswer = answering('A short summary.', '{"tags": ["checkpoints"]}');
+
+/** Local parts whose model is a loopback model server giving normal answers (no API key). */
+async function partsWithModelServer(): Promise<{ server: ModelServer; local: LocalParts }> {
+  const server = await modelServerFor(defer, normalAnswer);
+  const local = tempParts(defer, { model: openAIModel(server, { apiKey: undefined }) });
+  return { server, local };
 }
 
-async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
-  const server = await startModelServer(reply);
-  cleanups.push(() => server.close());
-  return server;
-}
-
-function openAIModel(server: ModelServer): OpenAICompatibleModel {
-  return new OpenAICompatibleModel({
-    baseUrl: server.baseUrl,
-    model: 'test-model',
-    apiKey: undefined,
-    requestTimeoutMs: 5_000,
-  });
-}
-
-function normalAnswer(request: ChatRequest): ChatReply {
-  return isTagRequest(request)
-    ? { body: completion('{"tags": ["checkpoints"]}') }
-    : { body: completion('A short summary.') };
+/** A summarize input for the sample text, stored in `local`'s blob store. */
+function summarizeInput(local: LocalParts) {
+  return {
+    documentId: 'doc-1',
+    textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
+    maxSentences: 2,
+  };
 }
 
 interface Attempt {
@@ -101,8 +84,7 @@ describe('idempotencyKey', () => {
 
 describe('model steps', () => {
   it('summarize and tag send their key as the Idempotency-Key header', async () => {
-    const server = await modelServer(normalAnswer);
-    const local = parts({ model: openAIModel(server) });
+    const { server, local } = await partsWithModelServer();
     const { summarize, tag } = createActivities(local.deps);
     const textRef = local.blobs.put(Buffer.from(SAMPLE_TEXT));
     const runId = randomUUID();
@@ -128,14 +110,9 @@ describe('model steps', () => {
   });
 
   it('a later attempt with the same key reuses the memoised answer instead of calling the model', async () => {
-    const server = await modelServer(normalAnswer);
-    const local = parts({ model: openAIModel(server) });
+    const { server, local } = await partsWithModelServer();
     const { summarize } = createActivities(local.deps);
-    const input = {
-      documentId: 'doc-1',
-      textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
-      maxSentences: 2,
-    };
+    const input = summarizeInput(local);
     const runId = randomUUID();
 
     const first = await runAttempt({ activityId: 'summarize', runId, attempt: 1 }, summarize, input);
@@ -150,14 +127,9 @@ describe('model steps', () => {
   });
 
   it('a new run ID (a reset) calls the model again', async () => {
-    const server = await modelServer(normalAnswer);
-    const local = parts({ model: openAIModel(server) });
+    const { server, local } = await partsWithModelServer();
     const { summarize } = createActivities(local.deps);
-    const input = {
-      documentId: 'doc-1',
-      textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
-      maxSentences: 2,
-    };
+    const input = summarizeInput(local);
 
     await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
     const afterReset = await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
@@ -169,8 +141,7 @@ describe('model steps', () => {
   });
 
   it('a text missing from the blob store fails without retry as InvalidDocument', async () => {
-    const server = await modelServer(normalAnswer);
-    const local = parts({ model: openAIModel(server) });
+    const { server, local } = await partsWithModelServer();
     const { summarize } = createActivities(local.deps);
     const missing = `sha256:${'0'.repeat(64)}`;
 
@@ -193,7 +164,7 @@ describe('model steps', () => {
   });
 
   it('a stored text that is not usable (NUL bytes) fails without retry as InvalidDocument, saying why', async () => {
-    const local = parts();
+    const local = tempParts(defer);
     const { tag } = createActivities(local.deps);
     const textRef = local.blobs.put(Buffer.from([0x68, 0x69, 0x00, 0x21]));
 

@@ -3,7 +3,7 @@
  * real runs on the time-skipping server), random bytes through the document checks, and a batch of good and bad
  * files through the batch runner, rerun after the bad ones are fixed.
  */
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { isUtf8 } from 'node:buffer';
 import fs from 'node:fs';
@@ -12,9 +12,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, WorkflowFailedError } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { processDocuments } from '../src/batch';
 import { loadConfig } from '../src/config';
 import { dataPaths } from '../src/dependencies';
@@ -30,33 +28,24 @@ import {
 import { createPipelineWorker } from '../src/worker';
 import type { documentPipeline } from '../workflows';
 import {
-  localParts,
+  cleanupAfterAll,
+  installQuietRuntime,
   pipelineInput,
+  pipelineWorker,
   SAMPLE_TEXT,
-  tempDir,
-  temporalExecutable,
+  scratchDir,
+  tempParts,
+  timeSkippingEnv,
   workflowBundle,
 } from './helpers';
-import type { LocalParts } from './helpers';
 
 let env: TestWorkflowEnvironment;
-const cleanups: Array<() => Promise<void> | void> = [];
+const defer = cleanupAfterAll();
 
 before(async () => {
   // Every run here fails on purpose; the SDK would log each one as a warning.
-  Runtime.install({
-    logger: new DefaultLogger('ERROR'),
-    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
-  });
-  env = await TestWorkflowEnvironment.createTimeSkipping({
-    server: { executable: temporalExecutable('test-server') },
-  });
-  await workflowBundle();
-});
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  await env?.teardown();
+  installQuietRuntime();
+  env = await timeSkippingEnv(defer);
 });
 
 /**
@@ -66,15 +55,6 @@ after(async () => {
  */
 function plainClient(): Client {
   return new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
-}
-
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -434,14 +414,9 @@ describe('malformed workflow inputs', () => {
         6,
       ),
     ];
-    const local = parts();
+    const local = tempParts(defer);
     const taskQueue = `bad-input-${randomUUID()}`;
-    const worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await workflowBundle(),
-      activities: createActivities(local.deps),
-    });
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
 
     const client = plainClient();
     const wallStart = Date.now();
@@ -578,8 +553,7 @@ describe('decodeDocument', () => {
   });
 
   it('collectDocuments refuses a 2 GiB file by its size, without reading it', () => {
-    const dir = tempDir('bad-input-huge-');
-    cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const dir = scratchDir(defer, 'bad-input-huge-');
     const huge = path.join(dir, 'huge.md');
     // Sparse: no disk space used. Reading it whole would fail, as Node reads at most 2 GiB into one buffer.
     fs.writeFileSync(huge, '');
@@ -605,8 +579,7 @@ describe('decodeDocument', () => {
 
 describe('processDocuments with good and bad documents', () => {
   it('publishes the good ones, lists each bad one with its reason, and after the fix processes only those', async () => {
-    const root = tempDir('bad-input-batch-');
-    cleanups.push(() => fs.rmSync(root, { recursive: true, force: true }));
+    const root = scratchDir(defer, 'bad-input-batch-');
     const dataDir = path.join(root, 'data');
     const docs = path.join(root, 'docs');
     const emptyFolder = path.join(root, 'empty-folder');
@@ -652,7 +625,7 @@ describe('processDocuments with good and bad documents', () => {
       root,
     );
     assert.equal(config.dataDir, dataDir);
-    const local = parts({ dir: dataDir, maxDocumentBytes: MAX });
+    const local = tempParts(defer, { dir: dataDir, maxDocumentBytes: MAX });
     assert.equal(dataPaths(config.dataDir).blobs, path.join(local.dir, 'blobs'));
 
     /** One pass of the batch command with a fresh worker (a worker runs once) on the same data folder. */

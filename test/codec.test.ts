@@ -16,12 +16,12 @@ import {
   keyringFromSettings,
 } from '../src/codec';
 import { ConfigError } from '../src/config';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { documentPipeline } from '../workflows';
 import {
   completion,
   isTagRequest,
   localParts,
+  openAIModel,
   pipelineInput,
   startModelServer,
   temporalExecutable,
@@ -126,12 +126,7 @@ describe('encrypted runs on a real dev server', () => {
         : { body: completion(`${TEXT_MARKER} thrive on the island.`) },
     );
     const parts = localParts({
-      model: new OpenAICompatibleModel({
-        baseUrl: model.baseUrl,
-        model: 'test-model',
-        apiKey: SECRET_API_KEY,
-        requestTimeoutMs: 10_000,
-      }),
+      model: openAIModel(model, { apiKey: SECRET_API_KEY, requestTimeoutMs: 10_000 }),
     });
     const dataConverter = dataConverterFor({
       payloadEncryption: { key: NEW_KEY, keyId: 'test-key', retired: undefined },

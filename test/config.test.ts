@@ -2,24 +2,20 @@
  * Configuration from the environment, and where the Temporal binaries come from. Both run before anything else
  * and are the first thing a person gets wrong, so every failure must name the variable to fix.
  */
-import { describe, it, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { resolveTemporalExecutable } from '../src/binaries';
 import { ConfigError, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/shared';
-import { tempDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './helpers';
 
-const dirs: string[] = [];
-after(() => {
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
-});
+const defer = cleanupAfterAll();
 
+/** An empty temp folder, removed after the file's tests. */
 function scratch(): string {
-  const dir = tempDir('config-test-');
-  dirs.push(dir);
-  return dir;
+  return scratchDir(defer, 'config-test-');
 }
 
 /** Writes a file with the given mode and returns its path. */

@@ -1,29 +1,26 @@
 /** Cost accounting: tokens from the provider's usage fields, priced from the table, counted once per step. */
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../activities';
 import { describeUsage } from '../src/batch';
 import { loadConfig } from '../src/config';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { DEFAULT_PRICES, estimateCost, formatCost } from '../src/model/pricing';
 import type { SummarizeResult, TagResult } from '../src/shared';
 import {
+  cleanupAfterAll,
   completion,
   isTagRequest,
-  localParts,
+  modelServerFor,
+  openAIModel,
   pipelineInput,
   SAMPLE_TEXT,
-  startModelServer,
+  tempParts,
 } from './helpers';
-import type { ModelServer } from './helpers';
+import type { LocalParts, ModelServer } from './helpers';
 
-const cleanups: Array<() => Promise<void> | void> = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
+const defer = cleanupAfterAll();
 
 describe('price table', () => {
   it('prices tokens per million, makes the offline model free, and says n/a without a price', () => {
@@ -55,7 +52,7 @@ describe('model steps record usage and cost', () => {
   async function runStep(
     step: 'summarize' | 'tag',
     runId: string,
-    parts: ReturnType<typeof localParts>,
+    parts: LocalParts,
     textRef: string,
   ): Promise<SummarizeResult | TagResult> {
     const env = new MockActivityEnvironment({
@@ -69,25 +66,15 @@ describe('model steps record usage and cost', () => {
   }
 
   it('takes tokens from the usage fields, prices them, and does not count a memoised answer twice', async () => {
-    server = await startModelServer((request) =>
+    server = await modelServerFor(defer, (request) =>
       isTagRequest(request)
         ? { body: completion('{"tags": ["checkpoints"]}', { prompt_tokens: 1_000, completion_tokens: 10 }) }
         : { body: completion('A summary.', { prompt_tokens: 1_000, completion_tokens: 100 }) },
     );
-    cleanups.push(() => server.close());
-    const parts = localParts({
-      model: new OpenAICompatibleModel({
-        baseUrl: server.baseUrl,
-        model: 'gpt-4o-mini',
-        apiKey: undefined,
-        requestTimeoutMs: 5_000,
-      }),
+    const parts = tempParts(defer, {
+      model: openAIModel(server, { model: 'gpt-4o-mini', apiKey: undefined }),
     });
     parts.deps.prices = DEFAULT_PRICES;
-    cleanups.push(() => {
-      parts.close();
-      fs.rmSync(parts.dir, { recursive: true, force: true });
-    });
     const { textRef } = pipelineInput(parts.blobs, SAMPLE_TEXT);
     const runId = randomUUID();
 

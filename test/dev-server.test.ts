@@ -4,93 +4,54 @@
  * a completed run is reset. The model server and the publish target live in this test process, so what they
  * saw is evidence from outside the workers.
  */
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { BlobStore } from '../src/blobs';
 import { dataPaths } from '../src/dependencies';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { recoveryReport } from '../src/report';
-import type { PipelineInput } from '../src/shared';
 import { progressQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
 import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
 import type { WorkerProcess } from './fixtures/processes';
 import {
-  completion,
+  cleanupAfterAll,
+  closeServer,
   isTagRequest,
-  localParts,
+  listenOnLoopback,
+  modelServerFor,
+  normalAnswer,
+  openAIModel,
   pipelineInput,
+  pipelineWorker,
   SAMPLE_TEXT,
-  startModelServer,
-  tempDir,
+  scratchDir,
+  startPipeline,
+  tempParts,
   temporalExecutable,
-  workflowBundle,
 } from './helpers';
-import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
 
 type History = temporal.api.history.v1.IHistory;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
-type PipelineHandle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
 
 let env: TestWorkflowEnvironment;
 let bundlePath: string;
-const cleanups: Array<() => Promise<void> | void> = [];
+const defer = cleanupAfterAll();
 
 before(async () => {
   // Timed-out and killed attempts are what these tests are about; the SDK logs each one as a warning.
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
-  const dir = tempDir('dev-server-bundle-');
-  cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
-  bundlePath = await writeWorkflowBundle(dir);
+  defer(() => env.teardown());
+  bundlePath = await writeWorkflowBundle(scratchDir(defer, 'dev-server-bundle-'));
 });
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  await env?.teardown();
-});
-
-/** Local parts in a temp folder, closed and removed after the file's tests. */
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
-}
-
-/** An empty temp folder, removed after the file's tests. */
-function scratchDir(): string {
-  const dir = tempDir();
-  cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** A scripted model server, closed after the file's tests. */
-async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
-  const server = await startModelServer(reply);
-  cleanups.push(() => server.close());
-  return server;
-}
-
-/** Answers tag requests with valid JSON tags and summarize requests with a one-line summary. */
-function normalAnswer(request: ChatRequest): ChatReply {
-  return isTagRequest(request)
-    ? { body: completion('{"tags": ["checkpoints", "idempotency"]}') }
-    : { body: completion('Checkpoints let restarts skip finished steps.') };
-}
 
 /** A worker process on the dev server, SIGKILLed after the file's tests if the test left it running. */
 async function workerProcess(env_: Record<string, string>): Promise<WorkerProcess> {
@@ -110,18 +71,10 @@ async function workerProcess(env_: Record<string, string>): Promise<WorkerProces
     PAYLOAD_DECRYPTION_KEYS: '',
     ...env_,
   });
-  cleanups.push(async () => {
+  defer(async () => {
     if (worker.child.exitCode === null && worker.child.signalCode === null) await worker.kill();
   });
   return worker;
-}
-
-function startPipeline(taskQueue: string, input: PipelineInput): Promise<PipelineHandle> {
-  return env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
-    taskQueue,
-    workflowId: `wf-${randomUUID()}`,
-    args: [input],
-  });
 }
 
 /** Polls until `check` returns a value, failing after `timeoutMs`. */
@@ -183,15 +136,10 @@ async function startGate(target: string): Promise<{ url: string; held: number; o
         });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('gate did not bind a TCP port');
-  cleanups.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
+  const origin = await listenOnLoopback(server, 'gate');
+  defer(() => closeServer(server));
   return {
-    url: `http://127.0.0.1:${address.port}/publications`,
+    url: `${origin}/publications`,
     get held() {
       return state.held;
     },
@@ -204,25 +152,16 @@ async function startGate(target: string): Promise<{ url: string; held: number; o
 describe('documentPipeline on a real dev server', () => {
   it('retries a hung model call after its start-to-close timeout, under the same idempotency key', async () => {
     let summarizeCalls = 0;
-    const server = await modelServer((request) =>
+    const server = await modelServerFor(defer, (request) =>
       !isTagRequest(request) && ++summarizeCalls === 1 ? 'hang' : normalAnswer(request),
     );
     // The client's own timeout is far away, so it is Temporal's start-to-close (3 s) that ends the first attempt.
-    const model = new OpenAICompatibleModel({
-      baseUrl: server.baseUrl,
-      model: 'test-model',
-      apiKey: 'test-key',
-      requestTimeoutMs: 60_000,
-    });
-    const local = parts({ model });
+    const model = openAIModel(server, { requestTimeoutMs: 60_000 });
+    const local = tempParts(defer, { model });
     const taskQueue = `test-${randomUUID()}`;
-    const worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await workflowBundle(),
-      activities: createActivities(local.deps),
-    });
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
     const handle = await startPipeline(
+      env,
       taskQueue,
       pipelineInput(local.blobs, SAMPLE_TEXT, { options: { modelTimeoutSeconds: 3 } }),
     );
@@ -245,16 +184,16 @@ describe('documentPipeline on a real dev server', () => {
   });
 
   it('finishes on a new worker after the first is killed once tag completed: summarize and tag ran exactly once', async () => {
-    const server = await modelServer(normalAnswer);
-    const store = new PublicationStore(path.join(scratchDir(), 'publications.db'));
-    cleanups.push(() => store.close());
+    const server = await modelServerFor(defer, normalAnswer);
+    const store = new PublicationStore(path.join(scratchDir(defer), 'publications.db'));
+    defer(() => store.close());
     const receiver = await startReceiver(store);
-    cleanups.push(() => receiver.close());
+    defer(() => receiver.close());
     // Publish cannot finish on worker 1: the gate holds its request until worker 1 is dead.
     const gate = await startGate(receiver.url);
     // Each worker has its own data folder (the document's text in each), so no memo of worker 1 could hide a
     // second model call by worker 2: the model server's count is the evidence.
-    const dirs = [scratchDir(), scratchDir()];
+    const dirs = [scratchDir(defer), scratchDir(defer)];
     const inputs = dirs.map((dir) => pipelineInput(new BlobStore(dataPaths(dir).blobs), SAMPLE_TEXT));
     const input = inputs[0];
     assert.ok(input !== undefined);
@@ -270,7 +209,7 @@ describe('documentPipeline on a real dev server', () => {
     });
 
     const worker1 = await workerProcess(workerEnv(dirs[0], 'worker-1'));
-    const handle = await startPipeline(taskQueue, input);
+    const handle = await startPipeline(env, taskQueue, input);
     await waitFor('publish to reach the held webhook', async () => (gate.held > 0 ? true : undefined));
     const before = await handle.fetchHistory();
     assert.ok(activityEvents(before, 'tag').completed, 'tag is not recorded as completed');
@@ -318,13 +257,13 @@ describe('documentPipeline on a real dev server', () => {
   });
 
   it('leaves one publication, delivered under one key, when the worker dies between publish and completion', async () => {
-    const local = parts();
+    const local = tempParts(defer);
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
     const common = { TEMPORAL_TASK_QUEUE: taskQueue, DATA_DIR: local.dir };
 
     const worker1 = await workerProcess({ ...common, CRASH_AFTER_PUBLISH: '1' });
-    const handle = await startPipeline(taskQueue, input);
+    const handle = await startPipeline(env, taskQueue, input);
     assert.equal(await worker1.exited, 'SIGKILL');
     await workerProcess(common);
     const result = await handle.result();
@@ -346,16 +285,11 @@ describe('documentPipeline on a real dev server', () => {
   });
 
   it('publishes revision 2 of the same document after a reset, under the new run ID', async () => {
-    const local = parts();
+    const local = tempParts(defer);
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
-    const worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await workflowBundle(),
-      activities: createActivities(local.deps),
-    });
-    const handle = await startPipeline(taskQueue, input);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const handle = await startPipeline(env, taskQueue, input);
 
     const { oldRun, newRun, result } = await worker.runUntil(async () => {
       await handle.result();

@@ -2,25 +2,21 @@
  * Reading documents from the command line: what counts as a usable text, how folders expand, and that every
  * argument comes back either as a document or as a rejection with a reason, never dropped.
  */
-import { describe, it, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { collectDocuments, decodeDocument, documentIdFor, titleOf } from '../src/documents';
 import { DocumentIdSchema } from '../src/shared';
-import { tempDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './helpers';
 
 const LIMIT = 1_000;
 
-const dirs: string[] = [];
-after(() => {
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
-});
+const defer = cleanupAfterAll();
 
 /** A temp folder holding `files` (relative path -> content). */
 function folder(files: Record<string, string | Uint8Array>): string {
-  const dir = tempDir('documents-test-');
-  dirs.push(dir);
+  const dir = scratchDir(defer, 'documents-test-');
   for (const [name, content] of Object.entries(files)) {
     const full = path.join(dir, name);
     fs.mkdirSync(path.dirname(full), { recursive: true });

@@ -3,82 +3,50 @@
  * summarize and tag activities (MockActivityEnvironment) and, for a few, through real runs on the time-skipping
  * server. Retryable faults must be retryable (with Retry-After honoured), the rest must fail at once and say why.
  */
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { ActivityFailure, ApplicationFailure, CancelledFailure, RetryState } from '@temporalio/common';
+import { ApplicationFailure, CancelledFailure, RetryState } from '@temporalio/common';
 import { msToNumber } from '@temporalio/common/lib/time';
-import { WorkflowFailedError } from '@temporalio/client';
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
-import { MockActivityEnvironment, TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import type { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { FailureType } from '../src/shared';
 import type { SummarizeResult, TagResult } from '../src/shared';
-import type { documentPipeline } from '../workflows';
 import {
+  cleanupAfterAll,
+  closeServer,
   completion,
+  finishedRun,
+  installQuietRuntime,
   isTagRequest,
-  localParts,
+  listenOnLoopback,
+  modelServerFor,
+  normalAnswer,
+  openAIModel,
   pipelineInput,
   SAMPLE_TEXT,
-  startModelServer,
-  temporalExecutable,
-  workflowBundle,
+  stepFailure,
+  SUMMARY,
+  TAGS,
+  tempParts,
+  timeSkippingEnv,
+  withPipeline,
 } from './helpers';
-import type { ChatReply, ChatRequest, LocalParts } from './helpers';
+import type { ChatReply, LocalParts, PipelineHandle } from './helpers';
 
 let env: TestWorkflowEnvironment;
-const cleanups: Array<() => Promise<void> | void> = [];
+const defer = cleanupAfterAll();
 const quietLogger = new DefaultLogger('ERROR');
 
 before(async () => {
-  Runtime.install({
-    logger: quietLogger,
-    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
-  });
-  env = await TestWorkflowEnvironment.createTimeSkipping({
-    server: { executable: temporalExecutable('test-server') },
-  });
-  await workflowBundle();
+  installQuietRuntime(quietLogger);
+  env = await timeSkippingEnv(defer);
 });
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  await env?.teardown();
-});
-
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
-}
-
-function openAIModel(baseUrl: string, requestTimeoutMs = 5_000): OpenAICompatibleModel {
-  return new OpenAICompatibleModel({ baseUrl, model: 'test-model', apiKey: 'test-key', requestTimeoutMs });
-}
-
-const SUMMARY = 'Checkpoints let restarts skip finished steps.';
-const TAGS = '{"tags": ["checkpoints", "idempotency"]}';
-
-/** The normal answer: a summary for summarize requests, valid JSON tags for tag requests. */
-function normalAnswer(request: ChatRequest): ChatReply {
-  return { body: completion(isTagRequest(request) ? TAGS : SUMMARY) };
-}
-
-/** A scripted model server from test/helpers (status, headers, body, or a hang), closed after the file. */
-async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply) {
-  const server = await startModelServer(reply);
-  cleanups.push(() => server.close());
-  return server;
-}
 
 interface SeenRequest {
   idempotencyKey: string | undefined;
@@ -130,14 +98,9 @@ async function rawModelServer(
       });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('server did not bind a TCP port');
-  return { baseUrl: `http://127.0.0.1:${address.port}/v1`, seen };
+  const origin = await listenOnLoopback(server);
+  defer(() => closeServer(server));
+  return { baseUrl: `${origin}/v1`, seen };
 }
 
 async function until(condition: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
@@ -152,7 +115,7 @@ type Step = 'summarize' | 'tag';
 
 /** One attempt of one model step of a fresh run, in MockActivityEnvironment, against `model`. */
 function stepAttempt(step: Step, model: OpenAICompatibleModel) {
-  const local = parts({ model });
+  const local = tempParts(defer, { model });
   const runId = randomUUID();
   const mock = new MockActivityEnvironment(
     { activityId: step, workflowExecution: { workflowId: `wf-${randomUUID()}`, runId } },
@@ -285,8 +248,8 @@ describe('model faults through the activities', () => {
   ];
   for (const { name, reply, step, expect } of statusCases) {
     it(name, async () => {
-      const server = await modelServer(() => reply);
-      const attempt = stepAttempt(step, openAIModel(server.baseUrl));
+      const server = await modelServerFor(defer, () => reply);
+      const attempt = stepAttempt(step, openAIModel(server));
       await assert.rejects(attempt.run(), expect);
       assert.deepEqual(
         server.requests.map((r) => r.idempotencyKey),
@@ -297,12 +260,12 @@ describe('model faults through the activities', () => {
   }
 
   it('429 with Retry-After as an HTTP date waits until that date', async () => {
-    const server = await modelServer(() => ({
+    const server = await modelServerFor(defer, () => ({
       status: 429,
       headers: { 'retry-after': new Date(Date.now() + 30_000).toUTCString() },
       body: { error: 'slow down' },
     }));
-    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl));
+    const attempt = stepAttempt('summarize', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
@@ -337,8 +300,8 @@ describe('model faults through the activities', () => {
   ];
   for (const { name, content, path, excerpt } of tagCases) {
     it(`tags that fail the schema (${name}) are retryable ModelOutputInvalid naming the field`, async () => {
-      const server = await modelServer(() => ({ body: completion(content) }));
-      const attempt = stepAttempt('tag', openAIModel(server.baseUrl));
+      const server = await modelServerFor(defer, () => ({ body: completion(content) }));
+      const attempt = stepAttempt('tag', openAIModel(server));
       await assert.rejects(
         attempt.run(),
         applicationFailure(
@@ -354,7 +317,7 @@ describe('model faults through the activities', () => {
 
   it('a request with no answer is retryable and says no answer came within the timeout; the request is dropped', async () => {
     const server = await rawModelServer(() => {});
-    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl, 300));
+    const attempt = stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 300 }));
     const started = Date.now();
     await assert.rejects(
       attempt.run(),
@@ -371,7 +334,7 @@ describe('model faults through the activities', () => {
 
   it('a connection reset is retryable and says the request failed', async () => {
     const server = await rawModelServer(({ req }) => req.socket.destroy());
-    const attempt = stepAttempt('tag', openAIModel(server.baseUrl));
+    const attempt = stepAttempt('tag', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [
@@ -391,7 +354,7 @@ describe('model faults through the activities', () => {
       res.write(body.slice(0, 40));
       setTimeout(() => res.destroy(), 50);
     });
-    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl));
+    const attempt = stepAttempt('summarize', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [/request failed/, /will retry/]),
@@ -402,7 +365,7 @@ describe('model faults through the activities', () => {
     const server = await rawModelServer(({ answer }) => {
       setTimeout(() => answer(completion(SUMMARY)), 5_000);
     });
-    const attempt = stepAttempt('summarize', openAIModel(server.baseUrl, 30_000));
+    const attempt = stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 30_000 }));
     let duringCall = 0;
     attempt.mock.on('heartbeat', () => {
       if (server.seen.length > 0) duringCall++;
@@ -419,7 +382,7 @@ describe('model faults through the activities', () => {
 
   it('cancelling the activity aborts the HTTP request at once', async () => {
     const server = await rawModelServer(() => {});
-    const attempt = stepAttempt('tag', openAIModel(server.baseUrl, 5_000));
+    const attempt = stepAttempt('tag', openAIModel(server, { requestTimeoutMs: 5_000 }));
     const running = attempt.run();
     await until(() => server.seen.length === 1, 'the request to arrive');
     const cancelledAt = Date.now();
@@ -438,23 +401,11 @@ describe('model faults through the activities', () => {
 // A few of the same faults through real runs: what the retry policy makes of them.
 // ---------------------------------------------------------------------------------------------------------------
 
-type Handle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
-
-/** Starts the pipeline on a fresh task queue with a worker on `local` until `use` is done with the handle. */
-async function withPipeline<T>(local: LocalParts, use: (handle: Handle) => Promise<T>): Promise<T> {
-  const taskQueue = `model-faults-${randomUUID()}`;
-  const worker = await Worker.create({
-    connection: env.nativeConnection,
-    taskQueue,
-    workflowBundle: await workflowBundle(),
-    activities: createActivities(local.deps),
+/** Starts the pipeline on the sample text on a fresh task queue with a worker on `local` until `use` is done. */
+function withSamplePipeline<T>(local: LocalParts, use: (handle: PipelineHandle) => Promise<T>): Promise<T> {
+  return withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), use, {
+    taskQueuePrefix: 'model-faults-',
   });
-  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
-    taskQueue,
-    workflowId: `wf-${randomUUID()}`,
-    args: [pipelineInput(local.blobs, SAMPLE_TEXT)],
-  });
-  return worker.runUntil(use(handle));
 }
 
 /** The attempt number of the recorded (final) start of a step. */
@@ -467,23 +418,6 @@ function finalAttempt(history: temporal.api.history.v1.IHistory, activityId: str
   return started?.activityTaskStartedEventAttributes?.attempt ?? undefined;
 }
 
-function stepFailure(
-  activityId: string,
-  check: (failure: ApplicationFailure, activity: ActivityFailure) => void,
-): (err: unknown) => boolean {
-  return (err) => {
-    assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
-    assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
-    assert.equal(err.cause.activityId, activityId);
-    assert.ok(
-      err.cause.cause instanceof ApplicationFailure,
-      `expected ApplicationFailure, got ${String(err.cause.cause)}`,
-    );
-    check(err.cause.cause, err.cause);
-    return true;
-  };
-}
-
 describe('model faults through real runs on the time-skipping server', () => {
   it('a connection reset on the first summarize attempt is retried under the same key and the run completes', async () => {
     let resets = 0;
@@ -491,12 +425,8 @@ describe('model faults through real runs on the time-skipping server', () => {
       if (!tag && resets++ === 0) req.socket.destroy();
       else answer(completion(tag ? TAGS : SUMMARY));
     });
-    const local = parts({ model: openAIModel(server.baseUrl) });
-    const { result, runId, history } = await withPipeline(local, async (handle) => ({
-      result: await handle.result(),
-      runId: handle.firstExecutionRunId,
-      history: await handle.fetchHistory(),
-    }));
+    const local = tempParts(defer, { model: openAIModel(server) });
+    const { result, runId, history } = await withSamplePipeline(local, finishedRun);
     assert.equal(result.summary.summary, SUMMARY);
     assert.equal(result.publication.revision, 1);
     assert.equal(finalAttempt(history, 'summarize'), 2);
@@ -510,12 +440,8 @@ describe('model faults through real runs on the time-skipping server', () => {
       if (tag && hung++ === 0) return;
       answer(completion(tag ? TAGS : SUMMARY));
     });
-    const local = parts({ model: openAIModel(server.baseUrl, 500) });
-    const { result, runId, history } = await withPipeline(local, async (handle) => ({
-      result: await handle.result(),
-      runId: handle.firstExecutionRunId,
-      history: await handle.fetchHistory(),
-    }));
+    const local = tempParts(defer, { model: openAIModel(server, { requestTimeoutMs: 500 }) });
+    const { result, runId, history } = await withSamplePipeline(local, finishedRun);
     assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
     assert.equal(finalAttempt(history, 'tag'), 2);
     const tagRequests = server.seen.filter((s) => s.tag);
@@ -527,7 +453,7 @@ describe('model faults through real runs on the time-skipping server', () => {
   });
 
   it('a refusal of the summary fails the run at once: one request, no retry, nothing published', async () => {
-    const server = await modelServer((request) =>
+    const server = await modelServerFor(defer, (request) =>
       isTagRequest(request)
         ? normalAnswer(request)
         : {
@@ -542,8 +468,8 @@ describe('model faults through real runs on the time-skipping server', () => {
             },
           },
     );
-    const local = parts({ model: openAIModel(server.baseUrl) });
-    await withPipeline(local, (handle) =>
+    const local = tempParts(defer, { model: openAIModel(server) });
+    await withSamplePipeline(local, (handle) =>
       assert.rejects(
         handle.result(),
         stepFailure('summarize', (failure, activity) => {
@@ -563,11 +489,11 @@ describe('model faults through real runs on the time-skipping server', () => {
   });
 
   it('tags that keep failing the schema fail the run after all 6 attempts with a message saying what was wrong', async () => {
-    const server = await modelServer((request) =>
+    const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? { body: completion('{"tags": []}') } : normalAnswer(request),
     );
-    const local = parts({ model: openAIModel(server.baseUrl) });
-    const runId = await withPipeline(local, async (handle) => {
+    const local = tempParts(defer, { model: openAIModel(server) });
+    const runId = await withSamplePipeline(local, async (handle) => {
       await assert.rejects(
         handle.result(),
         stepFailure('tag', (failure, activity) => {

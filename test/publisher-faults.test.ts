@@ -3,54 +3,43 @@
  * (startReceiver over a PublicationStore) through a proxy in this file that injects the fault. Whatever the fault,
  * every delivery of a run carries one key and the store holds at most one publication for it.
  */
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import { randomUUID } from 'node:crypto';
 import { ActivityFailure, ApplicationFailure, RetryState } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import type { temporal } from '@temporalio/proto';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { FailureType } from '../src/shared';
 import type { PipelineInput } from '../src/shared';
 import type { Publisher } from '../src/publisher/types';
-import type { documentPipeline } from '../workflows';
 import {
-  localParts,
+  cleanupAfterAll,
+  closeServer,
+  finishedRun,
+  installQuietRuntime,
+  listenOnLoopback,
   pipelineInput,
   SAMPLE_TEXT,
   tempDir,
-  temporalExecutable,
-  workflowBundle,
+  tempParts,
+  timeSkippingEnv,
+  withPipeline,
 } from './helpers';
-import type { LocalParts } from './helpers';
+import type { PipelineHandle } from './helpers';
 
 let env: TestWorkflowEnvironment;
-const cleanups: Array<() => Promise<void> | void> = [];
+const defer = cleanupAfterAll();
 
 before(async () => {
-  Runtime.install({
-    logger: new DefaultLogger('ERROR'),
-    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
-  });
-  env = await TestWorkflowEnvironment.createTimeSkipping({
-    server: { executable: temporalExecutable('test-server') },
-  });
-  await workflowBundle();
-});
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  await env?.teardown();
+  installQuietRuntime();
+  env = await timeSkippingEnv(defer);
 });
 
 /** What the proxy does with one delivery. */
@@ -122,30 +111,16 @@ async function faultyWebhook(script: (n: number) => Fault) {
       act().catch((err: unknown) => send(599, JSON.stringify({ error: `proxy: ${String(err)}` })));
     });
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  const address = proxy.address();
-  if (address === null || typeof address === 'string') throw new Error('proxy did not bind a TCP port');
+  const origin = await listenOnLoopback(proxy, 'proxy');
 
-  cleanups.push(async () => {
-    proxy.closeAllConnections();
-    await new Promise<void>((resolve) => proxy.close(() => resolve()));
+  defer(async () => {
+    await closeServer(proxy);
     await receiver.close();
     store.close();
     fs.rmSync(dir, { recursive: true, force: true });
   });
-  return { url: `http://127.0.0.1:${address.port}/publications`, store, deliveries };
+  return { url: `${origin}/publications`, store, deliveries };
 }
-
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
-}
-
-type Handle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
 
 /**
  * The webhook publisher, recording what each attempt threw. (The time-skipping server does not record an
@@ -166,27 +141,22 @@ function recordingWebhook(url: string, timeoutMs: number): { publisher: Publishe
 }
 
 /** Runs the pipeline with the offline model and a webhook publisher to `url`, on a fresh task queue. */
-async function withPipeline<T>(
+function withWebhookPipeline<T>(
   url: string,
   timeoutMs: number,
-  use: (handle: Handle, input: PipelineInput, publishErrors: string[]) => Promise<T>,
+  use: (handle: PipelineHandle, input: PipelineInput, publishErrors: string[]) => Promise<T>,
 ): Promise<T> {
   const { publisher, errors } = recordingWebhook(url, timeoutMs);
-  const local = parts({ publisher });
-  const taskQueue = `publisher-faults-${randomUUID()}`;
-  const worker = await Worker.create({
-    connection: env.nativeConnection,
-    taskQueue,
-    workflowBundle: await workflowBundle(),
-    activities: createActivities(local.deps),
-  });
+  const local = tempParts(defer, { publisher });
   const input = pipelineInput(local.blobs, SAMPLE_TEXT);
-  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
-    taskQueue,
-    workflowId: `wf-${randomUUID()}`,
-    args: [input],
+  return withPipeline(env, local, input, (handle) => use(handle, input, errors), {
+    taskQueuePrefix: 'publisher-faults-',
   });
-  return worker.runUntil(use(handle, input, errors));
+}
+
+/** Waits for the run to finish: its result, run ID and history, with the input and the publish errors. */
+async function finishedWebhookRun(handle: PipelineHandle, input: PipelineInput, errors: string[]) {
+  return { ...(await finishedRun(handle)), input, errors };
 }
 
 /** The publish step as the history recorded it: the final attempt's number, and server time from schedule to end. */
@@ -216,16 +186,10 @@ describe('publisher faults through real runs on the time-skipping server', () =>
           }
         : { kind: 'forward' },
     );
-    const { result, runId, history, input, errors } = await withPipeline(
+    const { result, runId, history, input, errors } = await withWebhookPipeline(
       webhook.url,
       5_000,
-      async (handle, input, errors) => ({
-        result: await handle.result(),
-        runId: handle.firstExecutionRunId,
-        history: await handle.fetchHistory(),
-        input,
-        errors,
-      }),
+      finishedWebhookRun,
     );
     const key = `${runId}:publish`;
     assert.deepEqual(result.publication, {
@@ -258,7 +222,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       status: 422,
       body: { error: 'summary mentions a competitor', field: 'summary' },
     }));
-    await withPipeline(webhook.url, 5_000, (handle) =>
+    await withWebhookPipeline(webhook.url, 5_000, (handle) =>
       assert.rejects(handle.result(), (err) => {
         assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
         assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
@@ -299,16 +263,10 @@ describe('publisher faults through real runs on the time-skipping server', () =>
   for (const { name, fault, lastFailure } of lostAnswers) {
     it(`${name}: retried under the same key, the store keeps one publication and the retry gets "duplicate"`, async () => {
       const webhook = await faultyWebhook((n) => (n === 1 ? fault : { kind: 'forward' }));
-      const { result, runId, history, input, errors } = await withPipeline(
+      const { result, runId, history, input, errors } = await withWebhookPipeline(
         webhook.url,
         500,
-        async (handle, input, errors) => ({
-          result: await handle.result(),
-          runId: handle.firstExecutionRunId,
-          history: await handle.fetchHistory(),
-          input,
-          errors,
-        }),
+        finishedWebhookRun,
       );
       const key = `${runId}:publish`;
       assert.deepEqual(result.publication, {

@@ -2,9 +2,8 @@
  * The publish targets: the SQLite publication store (a key never writes twice, a new key is a new revision) and
  * the webhook publisher against a real receiver and against receivers that fail in each way HTTP allows.
  */
-import { describe, it, after } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -14,21 +13,15 @@ import { startReceiver } from '../src/publisher/receiver';
 import type { Publication } from '../src/publisher/types';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { FailureType } from '../src/shared';
-import { tempDir } from './helpers';
+import { cleanupAfterAll, closeServer, listenOnLoopback, scratchDir } from './helpers';
 
-const cleanups: Array<() => Promise<void> | void> = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
+const defer = cleanupAfterAll();
 
-/** A publication store in a fresh temp folder. */
+/** A publication store in a fresh temp folder, closed and removed after the file's tests. */
 function freshStore(): PublicationStore {
-  const dir = tempDir('publisher-test-');
+  const dir = scratchDir(defer, 'publisher-test-');
   const store = new PublicationStore(path.join(dir, 'publications.db'));
-  cleanups.push(() => {
-    store.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  defer(() => store.close());
   return store;
 }
 
@@ -48,21 +41,16 @@ const NO_ABORT = new AbortController().signal;
 /** An HTTP server on loopback that answers every request with `handle`, closed after the file's tests. */
 async function scriptedServer(handle: http.RequestListener): Promise<string> {
   const server = http.createServer(handle);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('server did not bind a TCP port');
-  return `http://127.0.0.1:${address.port}/publications`;
+  const origin = await listenOnLoopback(server);
+  defer(() => closeServer(server));
+  return `${origin}/publications`;
 }
 
 /** A receiver backed by a fresh store, closed after the file's tests. */
 async function receiver(): Promise<{ url: string; store: PublicationStore }> {
   const store = freshStore();
   const started = await startReceiver(store);
-  cleanups.push(() => started.close());
+  defer(() => started.close());
   return { url: started.url, store };
 }
 

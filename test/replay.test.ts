@@ -14,13 +14,10 @@ import type { temporal } from '@temporalio/proto';
 import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import type { ReplayResult, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
-import { workflowBundle } from './helpers';
+import { silentLogger, workflowBundle } from './helpers';
 
 type History = temporal.api.history.v1.IHistory;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
-
-const noop = (): void => {};
-const quietLogger = { trace: noop, debug: noop, info: noop, warn: noop, error: noop, log: noop };
 
 const HISTORIES_DIR = path.join(__dirname, 'histories');
 const PATCH_ID = 'parallel-model-steps';
@@ -122,7 +119,7 @@ describe('replaying recorded histories', () => {
     before(async () => {
       unguarded = await bundleWorkflowCode({
         workflowsPath: require.resolve('./fixtures/unguarded-workflow'),
-        logger: quietLogger,
+        logger: silentLogger,
       });
     });
 

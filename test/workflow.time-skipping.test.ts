@@ -3,112 +3,42 @@
  * and the failure chain a client sees. Activities run for real against local parts (SQLite files, a loopback
  * model server); only the clock is fake, so an hour of backoff takes no wall time.
  */
-import { describe, it, before, after } from 'node:test';
+import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import { randomUUID } from 'node:crypto';
-import { ActivityFailure, ApplicationFailure, RetryState } from '@temporalio/common';
+import { ApplicationFailure, RetryState } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import type { temporal } from '@temporalio/proto';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { createActivities } from '../activities';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { FailureType } from '../src/shared';
 import type { PipelineResult } from '../src/shared';
-import type { documentPipeline } from '../workflows';
 import {
+  cleanupAfterAll,
   completion,
+  finishedRun,
+  installQuietRuntime,
   isTagRequest,
-  localParts,
+  modelServerFor,
+  normalAnswer,
+  openAIModel,
   pipelineInput,
   SAMPLE_TEXT,
-  startModelServer,
-  temporalExecutable,
-  workflowBundle,
+  stepFailure,
+  tempParts,
+  timeSkippingEnv,
+  withPipeline,
 } from './helpers';
-import type { ChatReply, ChatRequest, LocalParts, ModelServer } from './helpers';
 
 const HOUR_MS = 60 * 60 * 1000;
 
 let env: TestWorkflowEnvironment;
-const cleanups: Array<() => Promise<void> | void> = [];
+const defer = cleanupAfterAll();
 
 before(async () => {
   // Failing activities and workflows are what these tests are about; the SDK logs each one as a warning.
-  Runtime.install({
-    logger: new DefaultLogger('ERROR'),
-    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
-  });
-  env = await TestWorkflowEnvironment.createTimeSkipping({
-    server: { executable: temporalExecutable('test-server') },
-  });
-  await workflowBundle();
+  installQuietRuntime();
+  env = await timeSkippingEnv(defer);
 });
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  await env?.teardown();
-});
-
-/** Local parts in a temp folder, closed and removed after the file's tests. */
-function parts(options: Parameters<typeof localParts>[0] = {}): LocalParts {
-  const created = localParts(options);
-  cleanups.push(() => {
-    created.close();
-    fs.rmSync(created.dir, { recursive: true, force: true });
-  });
-  return created;
-}
-
-/** A scripted model server, closed after the file's tests. */
-async function modelServer(reply: (request: ChatRequest, n: number) => ChatReply): Promise<ModelServer> {
-  const server = await startModelServer(reply);
-  cleanups.push(() => server.close());
-  return server;
-}
-
-function openAIModel(server: ModelServer): OpenAICompatibleModel {
-  return new OpenAICompatibleModel({
-    baseUrl: server.baseUrl,
-    model: 'test-model',
-    apiKey: 'test-key',
-    requestTimeoutMs: 5_000,
-  });
-}
-
-/** Answers tag requests with valid JSON tags and summarize requests with a one-line summary. */
-function normalAnswer(request: ChatRequest): ChatReply {
-  return isTagRequest(request)
-    ? { body: completion('{"tags": ["checkpoints", "idempotency"]}') }
-    : { body: completion('Checkpoints let restarts skip finished steps.') };
-}
-
-/**
- * Starts the pipeline on a fresh task queue and workflow ID, runs a worker with `localParts` until `use` is done
- * with the handle, and returns what `use` returned.
- */
-async function withPipeline<T>(
-  local: LocalParts,
-  input: unknown,
-  use: (handle: WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>) => Promise<T>,
-): Promise<T> {
-  const taskQueue = `test-${randomUUID()}`;
-  const worker = await Worker.create({
-    connection: env.nativeConnection,
-    taskQueue,
-    workflowBundle: await workflowBundle(),
-    activities: createActivities(local.deps),
-  });
-  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
-    taskQueue,
-    workflowId: `wf-${randomUUID()}`,
-    args: [input],
-  });
-  return worker.runUntil(use(handle));
-}
 
 /** Asserts the error chain WorkflowFailedError -> ApplicationFailure (a failure of the workflow itself). */
 function workflowFailure(check: (failure: ApplicationFailure) => void): (err: unknown) => boolean {
@@ -119,24 +49,6 @@ function workflowFailure(check: (failure: ApplicationFailure) => void): (err: un
       `expected ApplicationFailure, got ${String(err.cause)}`,
     );
     check(err.cause);
-    return true;
-  };
-}
-
-/** Asserts the error chain WorkflowFailedError -> ActivityFailure -> ApplicationFailure (a failed step). */
-function stepFailure(
-  activityId: string,
-  check: (failure: ApplicationFailure, activity: ActivityFailure) => void,
-): (err: unknown) => boolean {
-  return (err) => {
-    assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
-    assert.ok(err.cause instanceof ActivityFailure, `expected ActivityFailure, got ${String(err.cause)}`);
-    assert.equal(err.cause.activityId, activityId);
-    assert.ok(
-      err.cause.cause instanceof ApplicationFailure,
-      `expected ApplicationFailure, got ${String(err.cause.cause)}`,
-    );
-    check(err.cause.cause, err.cause);
     return true;
   };
 }
@@ -161,9 +73,9 @@ function activitySpan(
 
 describe('documentPipeline on the time-skipping server', () => {
   it('summarizes, tags and publishes revision 1 under keys <runId>:<step>', async () => {
-    const local = parts();
+    const local = tempParts(defer);
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
-    const { result, runId } = await withPipeline(local, input, async (handle) => ({
+    const { result, runId } = await withPipeline(env, local, input, async (handle) => ({
       result: await handle.result(),
       runId: handle.firstExecutionRunId,
     }));
@@ -190,21 +102,17 @@ describe('documentPipeline on the time-skipping server', () => {
 
   it('retries a step rejected twice with 429 Retry-After: 3600 and skips the hours, not waits them', async () => {
     let summarizeRequests = 0;
-    const server = await modelServer((request) => {
+    const server = await modelServerFor(defer, (request) => {
       if (!isTagRequest(request) && ++summarizeRequests <= 2) {
         return { status: 429, headers: { 'retry-after': '3600' }, body: { error: 'rate limited' } };
       }
       return normalAnswer(request);
     });
-    const local = parts({ model: openAIModel(server) });
+    const local = tempParts(defer, { model: openAIModel(server) });
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
 
     const wallStart = Date.now();
-    const { result, runId, history } = await withPipeline(local, input, async (handle) => ({
-      result: await handle.result(),
-      runId: handle.firstExecutionRunId,
-      history: await handle.fetchHistory(),
-    }));
+    const { result, runId, history } = await withPipeline(env, local, input, finishedRun);
     const wallMs = Date.now() - wallStart;
     // The server's clock as the history recorded it. env.currentTimeMs() is no measure here: the test server
     // also jumps years ahead while the client long-polls for the result of a finished run.
@@ -225,14 +133,14 @@ describe('documentPipeline on the time-skipping server', () => {
 
   it('fails with the HTTP 500 chain once the model step has used all 6 attempts', async () => {
     // Only summarize fails (tag runs beside it and succeeds), so the failing step is known.
-    const server = await modelServer((request) =>
+    const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? normalAnswer(request) : { status: 500, body: { error: 'upstream exploded' } },
     );
-    const local = parts({ model: openAIModel(server) });
+    const local = tempParts(defer, { model: openAIModel(server) });
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
 
     const wallStart = Date.now();
-    await withPipeline(local, input, (handle) =>
+    await withPipeline(env, local, input, (handle) =>
       assert.rejects(
         handle.result(),
         stepFailure('summarize', (failure, activity) => {
@@ -282,11 +190,11 @@ describe('documentPipeline on the time-skipping server', () => {
     ];
     for (const { name, input, type, message } of cases) {
       it(name, async () => {
-        const server = await modelServer(normalAnswer);
-        const local = parts({ model: openAIModel(server) });
+        const server = await modelServerFor(defer, normalAnswer);
+        const local = tempParts(defer, { model: openAIModel(server) });
         const valid = { ...pipelineInput(local.blobs, SAMPLE_TEXT) };
 
-        const status = await withPipeline(local, input(valid), async (handle) => {
+        const status = await withPipeline(env, local, input(valid), async (handle) => {
           await assert.rejects(
             handle.result(),
             workflowFailure((failure) => {
@@ -312,12 +220,12 @@ describe('documentPipeline on the time-skipping server', () => {
     ];
     for (const { name, content } of malformed) {
       it(`fails with ModelOutputInvalid after every attempt when it stays ${name}`, async () => {
-        const server = await modelServer((request) =>
+        const server = await modelServerFor(defer, (request) =>
           isTagRequest(request) ? { body: completion(content) } : normalAnswer(request),
         );
-        const local = parts({ model: openAIModel(server) });
+        const local = tempParts(defer, { model: openAIModel(server) });
 
-        await withPipeline(local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+        await withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
           assert.rejects(
             handle.result(),
             stepFailure('tag', (failure, activity) => {
@@ -336,14 +244,15 @@ describe('documentPipeline on the time-skipping server', () => {
 
     it('is retried and the run succeeds when the next answer is valid', async () => {
       let tagRequests = 0;
-      const server = await modelServer((request) =>
+      const server = await modelServerFor(defer, (request) =>
         isTagRequest(request) && ++tagRequests === 1
           ? { body: completion('{"labels": ["checkpoints"]}') }
           : normalAnswer(request),
       );
-      const local = parts({ model: openAIModel(server) });
+      const local = tempParts(defer, { model: openAIModel(server) });
 
       const result: PipelineResult = await withPipeline(
+        env,
         local,
         pipelineInput(local.blobs, SAMPLE_TEXT),
         (handle) => handle.result(),
@@ -355,12 +264,12 @@ describe('documentPipeline on the time-skipping server', () => {
   });
 
   it('fails without retry on HTTP 401 and says to check OPENAI_API_KEY', async () => {
-    const server = await modelServer((request) =>
+    const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? normalAnswer(request) : { status: 401, body: { error: 'invalid api key' } },
     );
-    const local = parts({ model: openAIModel(server) });
+    const local = tempParts(defer, { model: openAIModel(server) });
 
-    await withPipeline(local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+    await withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
       assert.rejects(
         handle.result(),
         stepFailure('summarize', (failure, activity) => {
