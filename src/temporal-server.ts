@@ -1,6 +1,8 @@
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { describeExecutable, resolveTemporalExecutable } from './binaries';
 import type { Config } from './config';
@@ -54,24 +56,95 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   const executable = resolveTemporalExecutable('cli', config.cliPath);
   fs.mkdirSync(config.dataDir, { recursive: true });
   console.log(`Starting the embedded Temporal dev server (${describeExecutable(executable)})...`);
-  const env = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable,
-      ip: '127.0.0.1',
-      port: config.embeddedPort,
-      uiPort: config.uiPort,
-      namespace: config.namespace,
-      dbFilename: path.join(config.dataDir, 'temporal.db'),
-    },
-  });
-  return {
-    address: env.address,
+  const server = {
+    ip: '127.0.0.1',
+    port: config.embeddedPort,
+    uiPort: config.uiPort,
+    namespace: config.namespace,
+    dbFilename: path.join(config.dataDir, 'temporal.db'),
+  };
+  const embedded = {
+    address,
     namespace: config.namespace,
     secure: {},
     uiUrl: defaultUi,
-    origin: 'embedded',
-    close: () => env.teardown(),
+    origin: 'embedded' as const,
   };
+  if (executable.type === 'existing-path') {
+    return { ...embedded, close: await startDevServer(executable.path, server, config.dataDir) };
+  }
+  // No binary here: the SDK downloads the CLI and runs it (its output goes through this process).
+  const env = await TestWorkflowEnvironment.createLocal({ server: { executable, ...server } });
+  return { ...embedded, close: () => env.teardown() };
+}
+
+/**
+ * Runs `temporal server start-dev` as a child that logs to DATA_DIR/temporal-server.log rather than to this
+ * process: if this process is killed with SIGKILL, the server keeps running on its database file (a pipe to a dead
+ * parent would kill it at its next log line), and the next `npm start` finds it answering and carries on.
+ * Returns the function that stops it.
+ */
+async function startDevServer(
+  cli: string,
+  server: { ip: string; port: number; uiPort: number; namespace: string; dbFilename: string },
+  dataDir: string,
+): Promise<() => Promise<void>> {
+  const logFile = path.join(dataDir, 'temporal-server.log');
+  const log = fs.openSync(logFile, 'a');
+  const child = spawn(
+    cli,
+    [
+      'server',
+      'start-dev',
+      '--ip',
+      server.ip,
+      '--port',
+      String(server.port),
+      '--ui-port',
+      String(server.uiPort),
+      '--namespace',
+      server.namespace,
+      '--db-filename',
+      server.dbFilename,
+      '--log-level',
+      'warn',
+    ],
+    { stdio: ['ignore', log, log] },
+  );
+  fs.closeSync(log);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let gone = false;
+  void exited.then(() => (gone = true));
+  const deadline = Date.now() + 60_000;
+  while (!(await serving(`${server.ip}:${server.port}`, server.namespace))) {
+    if (gone || Date.now() > deadline) {
+      child.kill('SIGKILL');
+      const tail = fs.readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n');
+      throw new Error(`the embedded Temporal server did not start; the end of ${logFile}:\n${tail}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return async () => {
+    if (gone) return;
+    child.kill('SIGTERM');
+    await exited;
+  };
+}
+
+/** True once the server answers gRPC and knows the namespace. */
+async function serving(address: string, namespace: string): Promise<boolean> {
+  const [host, port] = address.split(':');
+  if (host === undefined || !(await answers(host, Number(port)))) return false;
+  let connection: Connection | undefined;
+  try {
+    connection = await Connection.connect({ address, connectTimeout: 1_000 });
+    await connection.workflowService.describeNamespace({ namespace });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await connection?.close();
+  }
 }
 
 /** True when something accepts TCP connections on host:port within a short wait. */

@@ -292,7 +292,14 @@ export interface ChatRequest {
 }
 
 /** How the fake model answers one request: a status, headers and a body; or `hang` to never answer. */
-export type ChatReply = { status?: number; headers?: Record<string, string>; body: unknown } | 'hang';
+export type ChatReply =
+  | {
+      status?: number;
+      headers?: Record<string, string>;
+      body: unknown;
+      /** answer after this long */ delayMs?: number;
+    }
+  | 'hang';
 
 export interface ModelServer {
   baseUrl: string;
@@ -339,8 +346,18 @@ export async function startModelServer(
         hung.add(res);
         return;
       }
-      res.writeHead(answer.status ?? 200, { 'content-type': 'application/json', ...answer.headers });
-      res.end(typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body));
+      const send = (): void => {
+        hung.delete(res);
+        if (res.destroyed) return;
+        res.writeHead(answer.status ?? 200, { 'content-type': 'application/json', ...answer.headers });
+        res.end(typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body));
+      };
+      if (answer.delayMs === undefined) {
+        send();
+      } else {
+        hung.add(res);
+        setTimeout(send, answer.delayMs);
+      }
     });
   });
   const origin = await listenOnLoopback(server, 'model server');
@@ -417,4 +434,14 @@ export async function listenOnLoopback(server: http.Server, what = 'server'): Pr
 export async function closeServer(server: http.Server): Promise<void> {
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
+export async function freePort(): Promise<number> {
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('could not find a free port');
+  return address.port;
 }
