@@ -1,4 +1,4 @@
-import type { temporal } from '@temporalio/proto';
+import { temporal } from '@temporalio/proto';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
@@ -43,7 +43,7 @@ const ResultFlagsSchema = z.object({
  * Reads what happened to each step from the run's event history, the one source of truth; no second bookkeeping
  * store. `since` marks the start of the current session: steps completed before it were skipped on resume.
  */
-export function recoveryReport(history: History, since = Number.POSITIVE_INFINITY): RecoveryReport {
+export function recoveryReport(history: History, since = 0): RecoveryReport {
   const events = history.events ?? [];
   const started = events[0]?.workflowExecutionStartedEventAttributes;
   const runId = started?.originalExecutionRunId ?? undefined;
@@ -173,4 +173,221 @@ function safeDecode(payload: temporal.api.common.v1.IPayload): unknown {
   } catch {
     return undefined;
   }
+}
+
+type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
+type Failure = temporal.api.failure.v1.IFailure;
+
+/** How the run as a whole ended, from its closing event; `running` while it has none. */
+export interface RunOutcome {
+  status: 'running' | 'completed' | 'failed' | 'timed out' | 'terminated' | 'canceled' | 'continued as new';
+  startedAt: number | undefined;
+  closedAt: number | undefined;
+  /** The innermost failure message, for a run that failed, timed out or was terminated. */
+  failure: string | undefined;
+}
+
+/** A workflow task completed by a different worker than the one before: it replayed the history to resume. */
+export interface Takeover {
+  at: number | undefined;
+  from: string;
+  to: string;
+}
+
+/** A step's attempt still open on the server (from DescribeWorkflowExecution), for a run that has not ended. */
+export interface PendingStep {
+  step: StepName;
+  /** The attempt under way or, when backing off, the next one. */
+  attempt: number;
+  state: 'scheduled' | 'started' | 'cancel requested' | 'paused' | 'pause requested' | 'unknown';
+  lastWorker: string | undefined;
+  lastFailure: string | undefined;
+}
+
+/** Everything beyond the per-step figures that the report command shows. */
+export interface RunDetails {
+  outcome: RunOutcome;
+  takeovers: Takeover[];
+  /** Every worker identity the history names: workflow tasks started or completed, activity attempts recorded. */
+  identities: string[];
+  /** The publish step's receipt, when recorded: `duplicate` means a retry was answered with the first receipt. */
+  publication: { revision: number; duplicate: boolean } | undefined;
+}
+
+const PublishFlagsSchema = z.object({ revision: z.number(), duplicate: z.boolean() });
+
+/** Reads the run's outcome, worker takeovers and identities from its history. */
+export function runDetails(history: History): RunDetails {
+  const events = history.events ?? [];
+  const identities = new Set<string>();
+  const takeovers: Takeover[] = [];
+  let lastTaskWorker: string | undefined;
+  let publication: RunDetails['publication'];
+  const publishSchedules = new Set<string>();
+  for (const event of events) {
+    const taskStarted = event.workflowTaskStartedEventAttributes?.identity;
+    if (taskStarted) identities.add(taskStarted);
+    const activityStarted = event.activityTaskStartedEventAttributes?.identity;
+    if (activityStarted) identities.add(activityStarted);
+    if (event.activityTaskScheduledEventAttributes?.activityId === 'publish')
+      publishSchedules.add(String(event.eventId ?? ''));
+    const completed = event.activityTaskCompletedEventAttributes;
+    if (completed && publishSchedules.has(String(completed.scheduledEventId ?? ''))) {
+      const payload = completed.result?.payloads?.[0];
+      const flags = PublishFlagsSchema.safeParse(payload ? safeDecode(payload) : undefined);
+      if (flags.success) publication = flags.data;
+    }
+    const taskWorker = event.workflowTaskCompletedEventAttributes?.identity;
+    if (taskWorker) {
+      identities.add(taskWorker);
+      if (lastTaskWorker !== undefined && taskWorker !== lastTaskWorker) {
+        takeovers.push({ at: optionalTsToMs(event.eventTime), from: lastTaskWorker, to: taskWorker });
+      }
+      lastTaskWorker = taskWorker;
+    }
+  }
+  return { outcome: runOutcome(events), takeovers, identities: [...identities], publication };
+}
+
+function runOutcome(events: readonly HistoryEvent[]): RunOutcome {
+  const first = events[0];
+  const last = events[events.length - 1];
+  const startedAt = optionalTsToMs(first?.eventTime);
+  const closedAt = optionalTsToMs(last?.eventTime);
+  const closed = (status: RunOutcome['status'], failure?: Failure | null): RunOutcome => ({
+    status,
+    startedAt,
+    closedAt,
+    failure: failure ? innermostMessage(failure) : undefined,
+  });
+  if (last?.workflowExecutionCompletedEventAttributes) return closed('completed');
+  if (last?.workflowExecutionFailedEventAttributes)
+    return closed('failed', last.workflowExecutionFailedEventAttributes.failure);
+  if (last?.workflowExecutionTimedOutEventAttributes) return closed('timed out');
+  if (last?.workflowExecutionTerminatedEventAttributes) {
+    const reason = last.workflowExecutionTerminatedEventAttributes.reason;
+    return { ...closed('terminated'), failure: reason || undefined };
+  }
+  if (last?.workflowExecutionCanceledEventAttributes) return closed('canceled');
+  if (last?.workflowExecutionContinuedAsNewEventAttributes) return closed('continued as new');
+  return { status: 'running', startedAt, closedAt: undefined, failure: undefined };
+}
+
+function innermostMessage(failure: Failure): string {
+  let current = failure;
+  while (current.cause) current = current.cause;
+  return current.message ?? '(no message)';
+}
+
+const State = temporal.api.enums.v1.PendingActivityState;
+const PENDING_STATES = new Map<number, PendingStep['state']>([
+  [State.PENDING_ACTIVITY_STATE_SCHEDULED, 'scheduled'],
+  [State.PENDING_ACTIVITY_STATE_STARTED, 'started'],
+  [State.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED, 'cancel requested'],
+  [State.PENDING_ACTIVITY_STATE_PAUSED, 'paused'],
+  [State.PENDING_ACTIVITY_STATE_PAUSE_REQUESTED, 'pause requested'],
+]);
+
+/** The pipeline steps among a run's pending activities (DescribeWorkflowExecution's `pendingActivities`). */
+export function pendingSteps(
+  pending: readonly temporal.api.workflow.v1.IPendingActivityInfo[] | null | undefined,
+): PendingStep[] {
+  return (pending ?? []).flatMap((activity): PendingStep[] => {
+    const step = STEPS.find((s) => s === activity.activityId);
+    if (step === undefined) return [];
+    return [
+      {
+        step,
+        attempt: activity.attempt ?? 1,
+        state: PENDING_STATES.get(Number(activity.state ?? 0)) ?? 'unknown',
+        lastWorker: activity.lastWorkerIdentity || undefined,
+        lastFailure: activity.lastFailure ? innermostMessage(activity.lastFailure) : undefined,
+      },
+    ];
+  });
+}
+
+/**
+ * Marks steps skipped on resume from the history alone, for when there is no session start to pass as `since`
+ * (the report command): a step whose completion was recorded before another worker took the run over, and which
+ * that worker did not run itself, was replayed from the history by it rather than run again.
+ */
+export function markSkippedOnResume(report: RecoveryReport, details: RunDetails): RecoveryReport {
+  const steps = report.steps.map((step): StepReport => {
+    const done = step.status === 'completed' ? step.completedAt : undefined;
+    const skipped =
+      done !== undefined &&
+      details.takeovers.some((t) => t.at !== undefined && t.at > done && t.to !== step.worker);
+    return { ...step, skippedOnResume: skipped };
+  });
+  return { ...report, steps };
+}
+
+/** What happened to one step across crashes, in a sentence. */
+export function stepRecovery(step: StepReport, pending?: PendingStep): string {
+  switch (step.status) {
+    case 'not started':
+      return 'not started yet';
+    case 'running':
+      return pending
+        ? `in progress: attempt ${pending.attempt} ${pending.state}`
+        : 'in progress (attempt not yet recorded)';
+    case 'failed':
+    case 'timed out':
+      return `${step.status} after ${step.attempts} attempt(s)`;
+    case 'completed':
+      if (step.skippedOnResume)
+        return 'done before a worker crash or restart; the next worker skipped it on resume (replayed from history)';
+      if (step.memoised)
+        return `reused from the memo: attempt ${step.attempts} read back the answer an earlier attempt paid for, no new model call`;
+      if (step.attempts > 1) return `rerun: completed on attempt ${step.attempts} under the same key`;
+      return 'ran once';
+  }
+}
+
+/** The report command's output: the run's outcome, its workers, then each step's recovery story. */
+export function formatReport(
+  workflowId: string,
+  report: RecoveryReport,
+  details: RunDetails,
+  pending: readonly PendingStep[] = [],
+): string[] {
+  const time = (ms: number | undefined): string => (ms === undefined ? '?' : new Date(ms).toISOString());
+  const seconds = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+  const { outcome } = details;
+  const lines = [`Workflow ${workflowId}, run ${report.runId ?? '?'}`];
+  const took =
+    outcome.closedAt !== undefined && outcome.startedAt !== undefined
+      ? `, ${seconds(outcome.closedAt - outcome.startedAt)} after it started`
+      : '';
+  const receipt = details.publication
+    ? `; published as revision ${details.publication.revision}${details.publication.duplicate ? ' (a retry, answered with the first receipt)' : ''}`
+    : '';
+  lines.push(
+    outcome.status === 'running'
+      ? `Outcome: running (started ${time(outcome.startedAt)})`
+      : `Outcome: ${outcome.status} at ${time(outcome.closedAt)}${took}${receipt}`,
+  );
+  if (outcome.failure !== undefined) lines.push(`  failure: ${outcome.failure}`);
+  lines.push(`Workers that touched the run: ${details.identities.join(', ') || '(none yet)'}`);
+  for (const t of details.takeovers) {
+    lines.push(`Resumed: at ${time(t.at)} ${t.to} took over from ${t.from} and replayed the history`);
+  }
+  for (const step of report.steps) {
+    const open = pending.find((p) => p.step === step.step);
+    lines.push('');
+    lines.push(`${step.step}: ${step.status}; ${stepRecovery(step, open)}`);
+    const attempts = open ? `${open.attempt} (in progress)` : String(step.attempts);
+    lines.push(`  attempts:     ${attempts}`);
+    const worker = step.worker ?? open?.lastWorker;
+    lines.push(
+      `  worker:       ${worker ?? '-'}${step.worker ? ' (ran the recorded attempt)' : open?.lastWorker ? ' (last attempt)' : ''}`,
+    );
+    lines.push(`  key:          ${step.idempotencyKey ?? '-'}`);
+    lines.push(
+      `  time lost:    ${step.attempts > 1 ? `${seconds(step.timeLostMs)} between scheduling and the recorded attempt` : 'none'}`,
+    );
+    lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
+  }
+  return lines;
 }

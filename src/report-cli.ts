@@ -1,0 +1,63 @@
+import { Client, Connection } from '@temporalio/client';
+import { WorkflowNotFoundError } from '@temporalio/common';
+import { loadConfig } from './config';
+import { formatReport, markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from './report';
+import { runMain } from './run-main';
+
+const USAGE =
+  'Usage: npm run report -- <workflow ID> [run ID]\n' +
+  'e.g. npm run report -- document-sha256-0123456789abcdef01234567 (the IDs `npm start` prints)';
+
+/**
+ * `npm run report -- <workflow ID> [run ID]`: what crashes did to one run, read from its event history on the
+ * server at TEMPORAL_ADDRESS (default localhost:7233): per step the attempts, the worker of the recorded
+ * attempt, the idempotency key, whether it was skipped on resume, reused from the memo or rerun, the time lost
+ * and the last failure; and the run's outcome.
+ */
+async function run(): Promise<void> {
+  const [workflowId, runId] = process.argv.slice(2);
+  if (workflowId === undefined || workflowId === '' || workflowId.startsWith('-')) {
+    console.error(USAGE);
+    process.exitCode = 2;
+    return;
+  }
+  const config = loadConfig();
+  const address = config.temporalAddress ?? 'localhost:7233';
+  let connection: Connection;
+  try {
+    connection = await Connection.connect({ address, connectTimeout: '5 seconds' });
+  } catch (err) {
+    console.error(
+      `Cannot reach a Temporal server at ${address} (${err instanceof Error ? err.message : String(err)}). ` +
+        'Start one (npm start, or temporal server start-dev) or set TEMPORAL_ADDRESS.',
+    );
+    process.exitCode = 1;
+    return;
+  }
+  try {
+    const client = new Client({ connection, namespace: config.namespace });
+    const handle = client.workflow.getHandle(workflowId, runId);
+    let description;
+    try {
+      description = await handle.describe();
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+      console.error(
+        `No workflow "${workflowId}"${runId ? ` with run ${runId}` : ''} in namespace "${config.namespace}" ` +
+          `at ${address}. Workflow IDs look like document-<document ID>; list them with ` +
+          `\`temporal workflow list --address ${address}\`.`,
+      );
+      process.exitCode = 1;
+      return;
+    }
+    const history = await handle.fetchHistory();
+    const details = runDetails(history);
+    const report = markSkippedOnResume(recoveryReport(history), details);
+    const pending = pendingSteps(description.raw.pendingActivities);
+    for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
+  } finally {
+    await connection.close();
+  }
+}
+
+runMain(run);
