@@ -6,7 +6,7 @@ import type { Submission } from './client';
 import type { Config } from './config';
 import { dataPaths } from './dependencies';
 import { collectDocuments } from './documents';
-import { describeStep, recoveryReport, summarizeReports } from './report';
+import { describeStep, recoveryReport, summarizeReports, withDecodedResults } from './report';
 import type { RecoveryReport } from './report';
 import { formatCost } from './model/pricing';
 import type { PipelineResult, SummarizeResult, TagResult } from './shared';
@@ -60,7 +60,11 @@ export async function processDocuments(
 
   for (const s of submissions) {
     const base = { source: s.document.source, title: s.document.title, workflowId: s.workflowId };
-    const report = recoveryReport(await s.handle.fetchHistory(), since);
+    const history = await withDecodedResults(
+      await s.handle.fetchHistory(),
+      client.options.loadedDataConverter,
+    );
+    const report = recoveryReport(history, since);
     try {
       outcomes.push({ ...base, result: await s.handle.result(), error: undefined, report });
     } catch (err) {

@@ -1,7 +1,16 @@
 import { Client, Connection } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/common';
+import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
-import { formatReport, markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from './report';
+import { temporalConnection } from './connection';
+import {
+  formatReport,
+  markSkippedOnResume,
+  pendingSteps,
+  recoveryReport,
+  runDetails,
+  withDecodedResults,
+} from './report';
 import { runMain } from './run-main';
 
 const USAGE =
@@ -22,10 +31,13 @@ async function run(): Promise<void> {
     return;
   }
   const config = loadConfig();
-  const address = config.temporalAddress ?? 'localhost:7233';
+  const target = temporalConnection();
+  const address = target.address ?? 'localhost:7233';
+  const namespace = target.namespace ?? config.namespace;
+  const dataConverter = dataConverterFor(config);
   let connection: Connection;
   try {
-    connection = await Connection.connect({ address, connectTimeout: '5 seconds' });
+    connection = await Connection.connect({ address, connectTimeout: '5 seconds', ...target.secure });
   } catch (err) {
     console.error(
       `Cannot reach a Temporal server at ${address} (${err instanceof Error ? err.message : String(err)}). ` +
@@ -35,7 +47,7 @@ async function run(): Promise<void> {
     return;
   }
   try {
-    const client = new Client({ connection, namespace: config.namespace });
+    const client = new Client({ connection, namespace, dataConverter });
     const handle = client.workflow.getHandle(workflowId, runId);
     let description;
     try {
@@ -43,14 +55,14 @@ async function run(): Promise<void> {
     } catch (err) {
       if (!(err instanceof WorkflowNotFoundError)) throw err;
       console.error(
-        `No workflow "${workflowId}"${runId ? ` with run ${runId}` : ''} in namespace "${config.namespace}" ` +
+        `No workflow "${workflowId}"${runId ? ` with run ${runId}` : ''} in namespace "${namespace}" ` +
           `at ${address}. Workflow IDs look like document-<document ID>; list them with ` +
           `\`temporal workflow list --address ${address}\`.`,
       );
       process.exitCode = 1;
       return;
     }
-    const history = await handle.fetchHistory();
+    const history = await withDecodedResults(await handle.fetchHistory(), dataConverter);
     const details = runDetails(history);
     const report = markSkippedOnResume(recoveryReport(history), details);
     const pending = pendingSteps(description.raw.pendingActivities);

@@ -1,7 +1,9 @@
 import { temporal } from '@temporalio/proto';
 import { defaultPayloadConverter } from '@temporalio/common';
+import type { DataConverter, Payload } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
+import { formatCost } from './model/pricing';
 import { STEPS } from './shared';
 import type { StepName } from './shared';
 
@@ -25,6 +27,10 @@ export interface StepReport {
   skippedOnResume: boolean;
   /** True when the result says the model answer came from the durable memo (paid for once, reused). */
   memoised: boolean;
+  /** Model steps: tokens in/out from the provider's usage fields, as recorded in the step's result. */
+  usage: { inputTokens: number; outputTokens: number } | undefined;
+  /** Model steps: estimated cost in US dollars; null when the model has no price. */
+  estimatedCostUsd: number | null | undefined;
 }
 
 export interface RecoveryReport {
@@ -37,6 +43,8 @@ export interface RecoveryReport {
 const ResultFlagsSchema = z.object({
   memoised: z.boolean().optional(),
   idempotencyKey: z.string().optional(),
+  usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
+  estimatedCostUsd: z.number().nullable().optional(),
 });
 
 /**
@@ -70,6 +78,8 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
         timeLostMs: 0,
         skippedOnResume: false,
         memoised: false,
+        usage: undefined,
+        estimatedCostUsd: undefined,
       };
       bySchedule.set(id, report);
       reports.set(step, report);
@@ -98,6 +108,8 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
       const flags = ResultFlagsSchema.safeParse(payload ? safeDecode(payload) : undefined);
       if (flags.success) {
         report.memoised = flags.data.memoised ?? false;
+        report.usage = flags.data.usage;
+        report.estimatedCostUsd = flags.data.estimatedCostUsd;
         report.idempotencyKey = flags.data.idempotencyKey ?? report.idempotencyKey;
       }
       continue;
@@ -140,6 +152,8 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
         timeLostMs: 0,
         skippedOnResume: false,
         memoised: false,
+        usage: undefined,
+        estimatedCostUsd: undefined,
       },
   );
   return { runId, steps, workers: [...workers] };
@@ -165,6 +179,35 @@ export function summarizeReports(reports: readonly RecoveryReport[]): string {
     `Recovery: ${skipped} step(s) skipped on resume, ${rerun} rerun after a failure ` +
     `(${(lost / 1000).toFixed(1)} s lost), ${memo} model answer(s) reused from the memo.`
   );
+}
+
+/**
+ * The history with its activity results opened by the payload codecs (decryption), so the report can read the
+ * flags in them. Without codecs it is returned as it is.
+ */
+export async function withDecodedResults(
+  history: History,
+  dataConverter: DataConverter | undefined,
+): Promise<History> {
+  const codecs = [...(dataConverter?.payloadCodecs ?? [])].reverse();
+  if (codecs.length === 0) return history;
+  const events = await Promise.all(
+    (history.events ?? []).map(async (event) => {
+      const completed = event.activityTaskCompletedEventAttributes;
+      const payloads = completed?.result?.payloads;
+      if (!completed || !payloads) return event;
+      let decoded: Payload[] = payloads.map((p) => ({
+        metadata: p.metadata ?? {},
+        data: p.data ?? new Uint8Array(),
+      }));
+      for (const codec of codecs) decoded = await codec.decode(decoded);
+      return {
+        ...event,
+        activityTaskCompletedEventAttributes: { ...completed, result: { payloads: decoded } },
+      };
+    }),
+  );
+  return { ...history, events };
 }
 
 function safeDecode(payload: temporal.api.common.v1.IPayload): unknown {
@@ -388,6 +431,26 @@ export function formatReport(
       `  time lost:    ${step.attempts > 1 ? `${seconds(step.timeLostMs)} between scheduling and the recorded attempt` : 'none'}`,
     );
     lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
+    if (step.usage !== undefined) {
+      lines.push(
+        `  model usage:  ${step.usage.inputTokens} tokens in, ${step.usage.outputTokens} out, ` +
+          `${formatCost(step.estimatedCostUsd)}${step.memoised ? ' (paid once, by the attempt that got the answer)' : ''}`,
+      );
+    }
+  }
+  const priced = report.steps.filter((step) => step.usage !== undefined);
+  if (priced.length > 0) {
+    const sum = (f: (u: { inputTokens: number; outputTokens: number }) => number): number =>
+      priced.reduce((total, step) => total + (step.usage ? f(step.usage) : 0), 0);
+    const costs = priced.map((step) => step.estimatedCostUsd);
+    const cost = costs.some((c) => c === null || c === undefined)
+      ? null
+      : costs.reduce<number>((total, c) => total + (c ?? 0), 0);
+    lines.push('');
+    lines.push(
+      `Model usage of the run: ${sum((u) => u.inputTokens)} tokens in, ${sum((u) => u.outputTokens)} out, ` +
+        `${formatCost(cost)} (each step's answer counted once)`,
+    );
   }
   return lines;
 }
