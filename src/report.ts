@@ -67,19 +67,10 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
       const step = STEPS.find((s) => s === scheduled.activityId);
       if (step === undefined) continue;
       const report: StepReport = {
-        step,
+        ...notStarted(step),
         status: 'running',
-        attempts: 0,
-        worker: undefined,
-        lastFailure: undefined,
         idempotencyKey: runId !== undefined ? `${runId}:${step}` : undefined,
         scheduledAt: time,
-        completedAt: undefined,
-        timeLostMs: 0,
-        skippedOnResume: false,
-        memoised: false,
-        usage: undefined,
-        estimatedCostUsd: undefined,
       };
       bySchedule.set(id, report);
       reports.set(step, report);
@@ -114,23 +105,13 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
       }
       continue;
     }
-    const failed = event.activityTaskFailedEventAttributes;
-    if (failed) {
-      const report = bySchedule.get(String(failed.scheduledEventId ?? ''));
+    const ended = event.activityTaskFailedEventAttributes ?? event.activityTaskTimedOutEventAttributes;
+    if (ended) {
+      const report = bySchedule.get(String(ended.scheduledEventId ?? ''));
       if (report) {
-        report.status = 'failed';
+        report.status = event.activityTaskFailedEventAttributes ? 'failed' : 'timed out';
         report.completedAt = time;
-        report.lastFailure = failed.failure?.message ?? report.lastFailure;
-      }
-      continue;
-    }
-    const timedOut = event.activityTaskTimedOutEventAttributes;
-    if (timedOut) {
-      const report = bySchedule.get(String(timedOut.scheduledEventId ?? ''));
-      if (report) {
-        report.status = 'timed out';
-        report.completedAt = time;
-        report.lastFailure = timedOut.failure?.message ?? report.lastFailure;
+        report.lastFailure = ended.failure?.message ?? report.lastFailure;
       }
       continue;
     }
@@ -138,25 +119,26 @@ export function recoveryReport(history: History, since = 0): RecoveryReport {
     if (identity) workers.add(identity);
   }
 
-  const steps = STEPS.map(
-    (step): StepReport =>
-      reports.get(step) ?? {
-        step,
-        status: 'not started',
-        attempts: 0,
-        worker: undefined,
-        lastFailure: undefined,
-        idempotencyKey: undefined,
-        scheduledAt: undefined,
-        completedAt: undefined,
-        timeLostMs: 0,
-        skippedOnResume: false,
-        memoised: false,
-        usage: undefined,
-        estimatedCostUsd: undefined,
-      },
-  );
+  const steps = STEPS.map((step) => reports.get(step) ?? notStarted(step));
   return { runId, steps, workers: [...workers] };
+}
+
+function notStarted(step: StepName): StepReport {
+  return {
+    step,
+    status: 'not started',
+    attempts: 0,
+    worker: undefined,
+    lastFailure: undefined,
+    idempotencyKey: undefined,
+    scheduledAt: undefined,
+    completedAt: undefined,
+    timeLostMs: 0,
+    skippedOnResume: false,
+    memoised: false,
+    usage: undefined,
+    estimatedCostUsd: undefined,
+  };
 }
 
 /** How the step fared, in a few words: skipped on resume, reused from the memo, rerun after a failure, ran once. */
