@@ -3,7 +3,7 @@ import { NativeConnection } from '@temporalio/worker';
 import { processDocuments, SAMPLES_DIR } from './batch';
 import { dataConverterFor } from './codec';
 import { loadConfig } from './config';
-import { createDependencies } from './dependencies';
+import { createDependencies, dataPaths } from './dependencies';
 import { quietSdkLogs, runMain } from './run-main';
 import { connectOrStartTemporal } from './temporal-server';
 import { createPipelineWorker } from './worker';
@@ -23,6 +23,7 @@ async function run(): Promise<void> {
   const connection = await Connection.connect({ address: target.address, ...target.secure });
   const nativeConnection = await NativeConnection.connect({ address: target.address, ...target.secure });
   const { deps, close } = createDependencies(config);
+  let interrupted = false;
   const dataConverter = dataConverterFor(config);
   try {
     const client = new Client({ connection, namespace: target.namespace, dataConverter });
@@ -38,7 +39,20 @@ async function run(): Promise<void> {
         `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
         `data in ${config.dataDir}`,
     );
-    const outcomes = await worker.runUntil(processDocuments(client, config, paths, { since }));
+    // The SDK's runtime shuts the worker down on Ctrl-C (and SIGTERM); here we only say what is kept.
+    const checkpoint =
+      target.origin === 'embedded' ? dataPaths(config.dataDir).temporal : 'the Temporal server';
+    process.once('SIGINT', () => {
+      interrupted = true;
+      console.log(`\nStopping. Finished steps are recorded in ${checkpoint}; run npm start again to resume.`);
+    });
+    let outcomes;
+    try {
+      outcomes = await worker.runUntil(processDocuments(client, config, paths, { since }));
+    } catch (err) {
+      if (!interrupted) throw err;
+      return;
+    }
     if (target.uiUrl !== undefined)
       console.log(`Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`);
     if (outcomes.some((o) => o.error !== undefined)) process.exitCode = 1;
@@ -47,6 +61,8 @@ async function run(): Promise<void> {
     await nativeConnection.close();
     await connection.close();
     await target.close();
+    // Stop here: the abandoned progress polling would otherwise retry on the connections just closed.
+    if (interrupted) process.exit(130);
   }
 }
 
