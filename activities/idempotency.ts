@@ -1,4 +1,4 @@
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Info } from '@temporalio/activity';
 
 /**
@@ -9,7 +9,12 @@ import type { Info } from '@temporalio/activity';
 export function idempotencyKey(info: Info = Context.current().info): string {
   const runId = info.workflowExecution?.runId;
   // Standalone activities (started by a client, not a workflow) have no run to key on.
-  if (runId === undefined)
-    throw new Error(`activity ${info.activityId} has no workflow run to build its key from`);
+  if (runId === undefined) {
+    throw ApplicationFailure.create({
+      type: 'MissingWorkflowRun',
+      nonRetryable: true,
+      message: `activity ${info.activityId} runs outside a workflow, so it has no run ID to build its key from`,
+    });
+  }
   return `${runId}:${info.activityId}`;
 }

@@ -1,8 +1,9 @@
+import { ApplicationFailure } from '@temporalio/activity';
 import { z } from 'zod';
 import type { AnswerMemo } from '../src/model/memo';
 import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel } from '../src/model/types';
-import { parseOrFail, SummarizeInputSchema } from '../src/shared';
+import { FailureType, parseOrFail, SummarizeInputSchema } from '../src/shared';
 import type { SummarizeInput, SummarizeResult } from '../src/shared';
 import type { TextSource } from './document-text';
 import { withHeartbeats } from './heartbeat';
@@ -33,6 +34,15 @@ export function createSummarize(deps: {
         () => deps.model.summarize(text, maxSentences, { idempotencyKey: key, signal }),
       ),
     );
+    if (value.trim() === '') {
+      throw ApplicationFailure.create({
+        type: FailureType.InvalidDocument,
+        nonRetryable: true,
+        message:
+          `document ${textRef} has no prose to summarize (only code, tables or markup are left once those are ` +
+          'set aside); add some text, or leave it out of the batch',
+      });
+    }
     return { summary: value, idempotencyKey: key, ...answer };
   };
 }

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { FailureType } from './shared';
 
 /**
  * Content-addressed store for document texts. Workflow inputs carry the `sha256:<hex>` reference, never the
@@ -30,7 +32,13 @@ export class BlobStore {
     if (!fs.existsSync(file)) return undefined;
     const bytes = fs.readFileSync(file);
     const actual = createHash('sha256').update(bytes).digest('hex');
-    if (actual !== hex) throw new Error(`Blob ${ref} is corrupt on disk (hash ${actual}); delete ${file}`);
+    if (actual !== hex) {
+      throw ApplicationFailure.create({
+        type: FailureType.InvalidDocument,
+        nonRetryable: true,
+        message: `blob ${ref} is corrupt on disk (its hash is ${actual}): delete ${file} and submit the document again`,
+      });
+    }
     return bytes;
   }
 

@@ -23,7 +23,10 @@ export interface PostOptions {
   timeoutMs: number;
   /** The activity's cancellation signal: a cancelled or timed-out activity stops waiting at once. */
   signal: AbortSignal;
-  /** Names the remote system in error messages, e.g. "model server" or "publish webhook". */
+  /**
+   * Names the remote system in error messages, e.g. "model server https://api.example.com/v1/chat/completions".
+   * Messages end up in workflow histories and logs: never put secrets (tokens in a URL's path or query) here.
+   */
   what: string;
   /** Failure type for errors worth retrying (connection refused or reset, request timeout). */
   transientType: string;
@@ -51,7 +54,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
       : `request failed (${describeNetworkError(err)})`;
     throw ApplicationFailure.create({
       type: options.transientType,
-      message: `${options.what} at ${url}: ${reason}; will retry`,
+      message: `${options.what}: ${reason}; will retry`,
     });
   }
 }

@@ -183,4 +183,25 @@ describe('model steps', () => {
       },
     );
   });
+
+  it('a document with no prose (only a code block) fails summarize without retry, saying so', async () => {
+    const local = tempParts(defer);
+    const { summarize } = createActivities(local.deps);
+    const textRef = local.blobs.put(Buffer.from('```rust\nfn main() {}\n```\n', 'utf8'));
+
+    await assert.rejects(
+      runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, {
+        documentId: 'doc-1',
+        textRef,
+        maxSentences: 3,
+      }),
+      (err) => {
+        assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+        assert.equal(err.type, FailureType.InvalidDocument);
+        assert.equal(err.nonRetryable, true);
+        assert.match(err.message, /no prose to summarize/);
+        return true;
+      },
+    );
+  });
 });

@@ -94,7 +94,7 @@ export class OpenAICompatibleModel implements DocumentModel {
     messages: { role: 'system' | 'user'; content: string }[],
     call: ModelCall,
   ): Promise<{ content: string; usage: { inputTokens: number; outputTokens: number } }> {
-    const what = `model server ${this.url}`;
+    const what = `model server at ${this.url}`;
     const headers: Record<string, string> = { 'idempotency-key': call.idempotencyKey };
     if (this.options.apiKey !== undefined) headers.authorization = `Bearer ${this.options.apiKey}`;
     const answer = await postJson(

@@ -22,7 +22,8 @@ export class WebhookPublisher implements Publisher {
   ) {}
 
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
-    const what = 'publish webhook';
+    // Only the origin: webhook URLs often carry a token in the path, and messages land in histories and logs.
+    const what = `publish webhook at ${new URL(this.url).origin}`;
     const answer = await postJson(this.url, publication, {
       headers: { 'idempotency-key': idempotencyKey },
       timeoutMs: this.timeoutMs,
@@ -39,13 +40,13 @@ export class WebhookPublisher implements Publisher {
       };
     }
     if (isRetryableStatus(answer.status)) {
-      throw transientStatusFailure(answer, `${what} ${this.url}`, FailureType.TransientPublishError);
+      throw transientStatusFailure(answer, what, FailureType.TransientPublishError);
     }
     throw ApplicationFailure.create({
       type: FailureType.PublishRejected,
       nonRetryable: true,
       message:
-        `${what} ${this.url} rejected the publication of "${publication.documentId}" with HTTP ${answer.status}: ` +
+        `${what} rejected the publication of "${publication.documentId}" with HTTP ${answer.status}: ` +
         `${excerpt(answer.body)}. Retrying cannot fix a 4xx: fix the receiver or PUBLISH_WEBHOOK_URL, then rerun.`,
     });
   }
