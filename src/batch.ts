@@ -47,7 +47,23 @@ export async function processDocuments(
 
   const submissions: Submission[] = [];
   for (const document of documents) {
-    const submission = await submitDocument(client, blobs, config.taskQueue, document);
+    let submission: Submission;
+    try {
+      submission = await submitDocument(client, blobs, config.taskQueue, document);
+    } catch (err) {
+      // One document the server would not take (say, a bad task queue name) must not sink the others.
+      const error = `could not be submitted: ${rootMessage(err)}`;
+      outcomes.push({
+        source: document.source,
+        title: document.title,
+        workflowId: undefined,
+        result: undefined,
+        error,
+        report: undefined,
+      });
+      print(`${document.source}: ${error}`);
+      continue;
+    }
     submissions.push(submission);
     const note = {
       new: 'started',
@@ -60,11 +76,16 @@ export async function processDocuments(
 
   for (const s of submissions) {
     const base = { source: s.document.source, title: s.document.title, workflowId: s.workflowId };
-    const history = await withDecodedResults(
-      await s.handle.fetchHistory(),
-      client.options.loadedDataConverter,
-    );
-    const report = recoveryReport(history, since);
+    let report: RecoveryReport | undefined;
+    try {
+      const history = await withDecodedResults(
+        await s.handle.fetchHistory(),
+        client.options.loadedDataConverter,
+      );
+      report = recoveryReport(history, since, (await s.handle.describe()).runId);
+    } catch (err) {
+      print(`${s.document.source}: no recovery report (${rootMessage(err)})`);
+    }
     try {
       outcomes.push({ ...base, result: await s.handle.result(), error: undefined, report });
     } catch (err) {

@@ -87,7 +87,8 @@ export async function followProgress(
   };
   for (;;) {
     const open = following.filter((s) => !ended.has(s.workflowId));
-    await Promise.all(following.map(poll));
+    // Only open runs: querying a closed run makes a worker replay its whole history just to answer.
+    await Promise.all(open.map(poll));
     if (open.length === 0) return;
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
@@ -97,5 +98,3 @@ export async function followProgress(
 export function describeProgress(progress: PipelineProgress): string {
   return STEPS.map((name: StepName) => `${name} ${MARK[progress.steps[name]]}`).join('  ');
 }
-
-export { progressQuery };

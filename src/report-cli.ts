@@ -64,7 +64,7 @@ async function run(): Promise<void> {
     }
     const history = await withDecodedResults(await handle.fetchHistory(), dataConverter);
     const details = runDetails(history);
-    const report = markSkippedOnResume(recoveryReport(history), details);
+    const report = markSkippedOnResume(recoveryReport(history, 0, description.runId), details);
     const pending = pendingSteps(description.raw.pendingActivities);
     for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
   } finally {

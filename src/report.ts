@@ -51,10 +51,11 @@ const ResultFlagsSchema = z.object({
  * Reads what happened to each step from the run's event history, the one source of truth; no second bookkeeping
  * store. `since` marks the start of the current session: steps completed before it were skipped on resume.
  */
-export function recoveryReport(history: History, since = 0): RecoveryReport {
+export function recoveryReport(history: History, since = 0, knownRunId?: string): RecoveryReport {
   const events = history.events ?? [];
   const started = events[0]?.workflowExecutionStartedEventAttributes;
-  const runId = started?.originalExecutionRunId ?? undefined;
+  // A reset run keeps the original run's ID in its started event: prefer the run ID the caller knows.
+  const runId = knownRunId ?? started?.originalExecutionRunId ?? undefined;
   const bySchedule = new Map<string, StepReport>();
   const workers = new Set<string>();
   const reports = new Map<StepName, StepReport>();
@@ -154,7 +155,7 @@ export function describeStep(step: StepReport): string {
 export function summarizeReports(reports: readonly RecoveryReport[]): string {
   const all = reports.flatMap((r) => r.steps);
   const skipped = all.filter((s) => s.skippedOnResume).length;
-  const rerun = all.filter((s) => !s.skippedOnResume && s.attempts > 1).length;
+  const rerun = all.filter((s) => !s.skippedOnResume && !s.memoised && s.attempts > 1).length;
   const memo = all.filter((s) => s.memoised).length;
   const lost = all.reduce((sum, s) => sum + (s.attempts > 1 ? s.timeLostMs : 0), 0);
   return (

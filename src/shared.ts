@@ -59,7 +59,6 @@ export const PipelineInputSchema = z
   })
   .strict();
 export type PipelineInput = z.input<typeof PipelineInputSchema>;
-export type ParsedPipelineInput = z.output<typeof PipelineInputSchema>;
 
 export const UsageSchema = z.object({
   inputTokens: z.number().int().min(0),
@@ -112,6 +111,13 @@ export const PublishInputSchema = z
     summary: z.string().min(1),
     tags: z.array(z.string()),
     model: ModelInfoSchema,
+    /**
+     * Orders the runs of one document (epoch ms): the workflow time at which this run scheduled its publish step.
+     * Every retry of the step sends the same value (it is part of the step's input), and a later run (a reset,
+     * continue-as-new, a resubmission) schedules later, so the target can refuse a late delivery from an older
+     * run instead of letting it overwrite a newer revision. Optional: runs scheduled before it existed send none.
+     */
+    scheduledAt: z.number().int().nonnegative().optional(),
   })
   .strict();
 export type PublishInput = z.infer<typeof PublishInputSchema>;
@@ -123,6 +129,11 @@ export const PublishResultSchema = z.object({
   revision: z.number().int().min(1),
   /** True when the target had already seen this key: a retry after a crash, answered with the first result. */
   duplicate: z.boolean(),
+  /**
+   * True when a newer run of the document had already published it: this (older) run's publication was not
+   * written, and revision is the newer one's. Nothing to retry; absent on the usual path.
+   */
+  superseded: z.boolean().optional(),
 });
 export type PublishResult = z.infer<typeof PublishResultSchema>;
 
