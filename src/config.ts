@@ -74,7 +74,11 @@ const EnvSchema = z.object({
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
   PAYLOAD_ENCRYPTION_KEY: optionalText,
-  PAYLOAD_ENCRYPTION_KEY_ID: z.string().trim().min(1).default('key-1'),
+  PAYLOAD_ENCRYPTION_KEY_ID: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'key-1' : s)),
   PAYLOAD_DECRYPTION_KEYS: optionalText,
 });
 

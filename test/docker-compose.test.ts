@@ -271,6 +271,26 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(unknown, [], `worker sets variables src/config.ts never reads: ${unknown.join(', ')}`);
   });
 
+  it('hands the worker every setting it reads, except the ones that only make sense on the host', () => {
+    // Read by clients or by the embedded dev server on the host, or by tests; not by a worker in a container.
+    const hostOnly = new Set([
+      'EMBEDDED_TEMPORAL_PORT',
+      'TEMPORAL_UI_PORT',
+      'TEMPORAL_CLI_PATH',
+      'TEMPORAL_TEST_SERVER_PATH',
+      'OFFLINE_MODEL_LATENCY_MS',
+    ]);
+    const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
+    const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));
+    assert.deepEqual(missing, [], 'the compose worker would silently run without these settings');
+  });
+
+  it('documents every setting in the README configuration table', () => {
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const undocumented = CONFIG_VARIABLES.filter((v) => !readme.includes(`| \`${v}\``));
+    assert.deepEqual(undocumented, []);
+  });
+
   it('points the worker, the UI and the admin tools at the temporal service', () => {
     const compose = loadCompose();
     const temporal = service(compose, 'temporal');
