@@ -7,6 +7,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { z } from 'zod';
 import { SAMPLES_DIR } from './batch';
 import { describeExecutable, resolveTemporalExecutable } from './binaries';
 import { BlobStore } from './blobs';
@@ -23,8 +24,12 @@ import type { StepReport } from './report';
 import { quietSdkLogs, runMain } from './run-main';
 
 const ROOT = path.resolve(__dirname, '..');
-/** Each offline "model call" takes this long, so the kill lands in the middle of some of them. */
+/** The demo's model server answers each call this long after it arrived, so the kill lands in the middle of some. */
 const MODEL_LATENCY_MS = 1_500;
+/** The model name the workers send; the demo's model server answers to any. */
+const MODEL_NAME = 'demo-model';
+/** Two processes' clocks on one machine: a model call this long after its step's recorded completion is a rerun. */
+const CLOCK_TOLERANCE_MS = 500;
 /** The publish target commits at once, but its answer takes this long to come back: a crash can fall in between. */
 const PUBLISH_REPLY_DELAY_MS = 1_500;
 /** Documents are submitted this far apart, so at the kill some are done, some mid-call, some not started. */
@@ -123,12 +128,143 @@ async function startSlowLink(
   };
 }
 
+/** One request that reached the demo's model server. */
+interface ModelRequest {
+  /** The request's `idempotency-key` header: `<run ID>:<step>`. */
+  key: string;
+  step: 'summarize' | 'tag';
+  receivedAt: number;
+  /** When the answer was sent; undefined for a call cut off before it. */
+  answeredAt: number | undefined;
+  /** The caller went away (its worker was killed) before the answer was sent. */
+  cutOff: boolean;
+}
+
+interface DemoModelServer {
+  /** For OPENAI_BASE_URL. */
+  baseUrl: string;
+  /** Every request received, in order of arrival. */
+  requests: ModelRequest[];
+  /** The requests held open right now, waiting for their answer. */
+  open(): ModelRequest[];
+  close(): Promise<void>;
+}
+
+const ChatBodySchema = z.object({
+  messages: z.array(z.object({ role: z.string(), content: z.string() })),
+});
+
 /**
- * `npm run demo:crash`: watch a crash and the recovery. Starts its own dev server, a publish target and a real
- * worker process, submits the shipped samples, SIGKILLs the worker while one document's publication is committed
- * but unacknowledged and other documents are mid model call, starts a new worker and shows, per document, which
- * steps ran in which process, which were skipped on resume and which were rerun; then counts the paid model
- * answers and the publications. Everything lives in a temp folder and is removed at the end.
+ * A stand-in for a paid model: an OpenAI-compatible server on loopback in the demo's own process (the one that is
+ * not killed), answering `POST /v1/chat/completions` after `delayMs`. It logs every request with its idempotency
+ * key, so the demo counts the model calls really made rather than the answers kept. Summaries are the text's
+ * first sentence; tags are its most frequent long words.
+ */
+async function startModelServer(delayMs: number): Promise<DemoModelServer> {
+  const requests: ModelRequest[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      let body: z.infer<typeof ChatBodySchema> | undefined;
+      try {
+        body = ChatBodySchema.parse(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch {
+        body = undefined;
+      }
+      if (req.method !== 'POST' || req.url !== '/v1/chat/completions' || body === undefined) {
+        res.writeHead(req.method === 'POST' && req.url === '/v1/chat/completions' ? 400 : 404, {
+          'content-type': 'application/json',
+        });
+        res.end(JSON.stringify({ error: { message: 'expected a chat completion request' } }));
+        return;
+      }
+      const system = body.messages.find((m) => m.role === 'system')?.content ?? '';
+      const user = body.messages.find((m) => m.role === 'user')?.content ?? '';
+      const header = req.headers['idempotency-key'];
+      const request: ModelRequest = {
+        key: typeof header === 'string' ? header : '(no idempotency key)',
+        step: system.includes('topic tags') ? 'tag' : 'summarize',
+        receivedAt: Date.now(),
+        answeredAt: undefined,
+        cutOff: false,
+      };
+      requests.push(request);
+      const timer = setTimeout(() => {
+        if (res.destroyed) return;
+        request.answeredAt = Date.now();
+        const content =
+          request.step === 'tag' ? JSON.stringify({ tags: frequentWords(user, 3) }) : firstSentence(user);
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+            usage: {
+              prompt_tokens: Math.ceil(user.length / 4),
+              completion_tokens: Math.ceil(content.length / 4),
+            },
+          }),
+        );
+      }, delayMs);
+      res.on('close', () => {
+        clearTimeout(timer);
+        if (request.answeredAt === undefined) request.cutOff = true;
+      });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string')
+    throw new Error('the model server did not bind a port');
+  return {
+    baseUrl: `http://127.0.0.1:${address.port}/v1`,
+    requests,
+    open: () => requests.filter((r) => r.answeredAt === undefined && !r.cutOff),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** The Markdown's prose without headings, code fences and emphasis marks, on one line. */
+function prose(markdown: string): string {
+  return markdown
+    .replace(/```[\s\S]*?```/g, ' ')
+    .split('\n')
+    .filter((line) => !/^\s*(#|[-*_]{3,}\s*$|\|)/.test(line))
+    .join(' ')
+    .replace(/[*_`>]/g, '')
+    .replace(/\s+/g, ' ')
+    .trim();
+}
+
+/** The demo model's summary: the first sentence of the text, at most 200 characters. */
+function firstSentence(markdown: string): string {
+  const text = prose(markdown);
+  const sentence = /^.+?[.!?](?=\s|$)/.exec(text)?.[0] ?? text;
+  const short = sentence.length > 200 ? `${sentence.slice(0, 199)}…` : sentence;
+  return short === '' ? 'An empty document.' : short;
+}
+
+/** The demo model's tags: the text's most frequent words of six letters or more. */
+function frequentWords(markdown: string, count: number): string[] {
+  const counts = new Map<string, number>();
+  for (const word of prose(markdown)
+    .toLowerCase()
+    .match(/\p{L}{6,}/gu) ?? [])
+    counts.set(word, (counts.get(word) ?? 0) + 1);
+  const words = [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([word]) => word);
+  return words.length > 0 ? words.slice(0, count) : ['document'];
+}
+
+/**
+ * `npm run demo:crash`: watch a crash and the recovery. Starts its own dev server, a slow model server, a publish
+ * target and a real worker process, submits the shipped samples, SIGKILLs the worker while one document's
+ * publication is committed but unacknowledged and other documents are mid model call, starts a new worker and
+ * shows, per document, which steps ran in which process, which were skipped on resume and which were rerun; then
+ * counts the model calls the model server received, per idempotency key, and the publications. Everything lives
+ * in a temp folder and is removed at the end.
  */
 async function run(): Promise<void> {
   const began = Date.now();
@@ -150,6 +286,8 @@ async function run(): Promise<void> {
     cleanups.push(() => receiver.close());
     const link = await startSlowLink(receiver.url, PUBLISH_REPLY_DELAY_MS);
     cleanups.push(() => link.close());
+    const model = await startModelServer(MODEL_LATENCY_MS);
+    cleanups.push(() => model.close());
     const taskQueue = 'crash-demo';
     const workerEnv: NodeJS.ProcessEnv = {
       ...process.env,
@@ -157,12 +295,22 @@ async function run(): Promise<void> {
       TEMPORAL_NAMESPACE: 'default',
       TEMPORAL_TASK_QUEUE: taskQueue,
       DATA_DIR: dataDir,
-      // The offline model, slowed down, whatever the shell says: the demo needs no account and no network.
-      OFFLINE_MODEL_LATENCY_MS: String(MODEL_LATENCY_MS),
-      OPENAI_BASE_URL: '',
-      OPENAI_MODEL: '',
+      // The demo's own model server, whatever the shell says: the demo needs no account and no network, and it
+      // counts every call the workers make.
+      OPENAI_BASE_URL: model.baseUrl,
+      OPENAI_MODEL: MODEL_NAME,
       OPENAI_API_KEY: '',
+      MODEL_REQUEST_TIMEOUT_MS: '',
       PUBLISH_WEBHOOK_URL: link.url,
+      // Plain payloads, whatever the shell says: the demo's client and its history reading use no codec.
+      PAYLOAD_ENCRYPTION_KEY: '',
+      PAYLOAD_ENCRYPTION_KEY_ID: '',
+      PAYLOAD_DECRYPTION_KEYS: '',
+      // The demo's local server, not a cluster from the shell's envconfig profile (no TLS, no API key).
+      TEMPORAL_API_KEY: '',
+      TEMPORAL_TLS: '',
+      TEMPORAL_PROFILE: '',
+      TEMPORAL_CONFIG_FILE: '',
     };
     console.log(
       `${at()} Server on ${env.address}; starting worker 1 (node src/worker.ts, which bundles the workflow)...`,
@@ -170,8 +318,9 @@ async function run(): Promise<void> {
     const first = await startWorker(workerEnv);
     workers.push(first);
     console.log(
-      `${at()} Worker 1 is ${processName(first.identity, workers)}. Each model call takes ${MODEL_LATENCY_MS} ms; ` +
-        `the publish target commits at once and answers ${PUBLISH_REPLY_DELAY_MS} ms later.`,
+      `${at()} Worker 1 is ${processName(first.identity, workers)}. The model server (${model.baseUrl}, model ` +
+        `${MODEL_NAME}) answers each call ${MODEL_LATENCY_MS} ms after it arrives; the publish target commits at ` +
+        `once and answers ${PUBLISH_REPLY_DELAY_MS} ms later.`,
     );
 
     const { documents } = collectDocuments([SAMPLES_DIR], config.maxDocumentBytes);
@@ -187,7 +336,7 @@ async function run(): Promise<void> {
       }
     })();
 
-    const killed = await killWhenHalfway(client, submissions, store, first);
+    const killed = await killWhenHalfway(client, submissions, store, model, first);
     console.log(
       `${at()} SIGKILL worker 1 (${first.identity}): ${killed.done} step(s) recorded as done; ` +
         `running at that moment: ${killed.running.join(', ') || 'nothing'}`,
@@ -208,6 +357,7 @@ async function run(): Promise<void> {
     console.log('');
     console.log('Timeline (when each step was recorded as done, counted from the start of the demo):');
     const totals = { skipped: 0, rerun: 0, memo: 0 };
+    const modelSteps: { title: string; step: StepReport }[] = [];
     for (const s of submissions) {
       const history = await s.handle.fetchHistory();
       const details = runDetails(history);
@@ -218,6 +368,7 @@ async function run(): Promise<void> {
         if (step.skippedOnResume) totals.skipped += 1;
         if (step.attempts > 1 && !step.memoised) totals.rerun += 1;
         if (step.memoised) totals.memo += 1;
+        if (step.step !== 'publish') modelSteps.push({ title: s.document.title, step });
         const when = step.completedAt === undefined ? '-' : at(step.completedAt);
         console.log(
           `    ${when.padStart(8)}  ${step.step.padEnd(9)}  ${processName(step.worker, workers).padEnd(22)}  ${how}`,
@@ -236,10 +387,26 @@ async function run(): Promise<void> {
         `Recovery: ${totals.skipped} step(s) skipped on resume, ${totals.rerun} rerun after the crash, ` +
           `${totals.memo} model answer(s) reused from the memo.`,
       );
+      const calls = countModelCalls(model.requests, modelSteps, at);
       console.log(
-        `Model answers paid for (memo rows): ${memo.count()} for ${submissions.length * 2} model steps. A call cut ` +
-          'off by the kill produced no answer; one received before it would be read back, not bought again.',
+        `Model calls, counted at the model server by their idempotency-key header: ${model.requests.length} ` +
+          `call(s) under ${calls.keys} distinct key(s), for ${modelSteps.length} model steps.`,
       );
+      if (calls.repeated.length === 0) console.log('  No key was called more than once.');
+      else console.log(`  Called more than once: ${calls.repeated.length} key(s):`);
+      for (const line of calls.repeated) console.log(`    ${line}`);
+      console.log(
+        `${calls.late.length} calls for steps already recorded as done: ` +
+          (calls.late.length === 0
+            ? 'no key was called after the history recorded its step as completed.'
+            : `REPEATED FINISHED STEPS: ${calls.late.join('; ')}`),
+      );
+      for (const problem of calls.problems) console.log(`PROBLEM: ${problem}`);
+      console.log(
+        `Model answers kept (memo rows): ${memo.count()} for ${modelSteps.length} model steps; a retry that ` +
+          'finds its key there reads the answer back instead of calling the model again.',
+      );
+      if (calls.late.length > 0 || calls.problems.length > 0) process.exitCode = 1;
       console.log(
         `Publications: ${store.countPublications()} document(s), ${revisions.length} revision(s): ` +
           `${once ? 'one per document, no duplicates' : 'MORE THAN ONE PER DOCUMENT'}. ` +
@@ -265,6 +432,55 @@ async function run(): Promise<void> {
 }
 
 /**
+ * The model server's request log checked against the histories, as the chaos test does: per key, how many calls
+ * and why more than one; any call that arrived after its step's completion was recorded (a finished step run
+ * again), and calls that do not fit the history at all.
+ */
+function countModelCalls(
+  requests: readonly ModelRequest[],
+  modelSteps: readonly { title: string; step: StepReport }[],
+  at: (ms?: number) => string,
+): { keys: number; repeated: string[]; late: string[]; problems: string[] } {
+  const repeated: string[] = [];
+  const late: string[] = [];
+  const problems: string[] = [];
+  const stepKeys = new Set<string>();
+  for (const { title, step } of modelSteps) {
+    const key = step.idempotencyKey;
+    const what = `"${title}" ${step.step}`;
+    if (key === undefined || step.status !== 'completed' || step.completedAt === undefined) {
+      problems.push(`${what} is ${step.status}, not completed`);
+      continue;
+    }
+    stepKeys.add(key);
+    const own = requests.filter((r) => r.key === key);
+    const after = own.filter((r) => r.receivedAt > (step.completedAt ?? 0) + CLOCK_TOLERANCE_MS);
+    if (after.length > 0)
+      late.push(`${what} (${key}): ${after.length} call(s) after ${at(step.completedAt)}`);
+    if (own.length === 0) problems.push(`${what} (${key}) never reached the model server`);
+    if (own.length > step.attempts)
+      problems.push(`${what} (${key}): ${own.length} calls for ${step.attempts} recorded attempt(s)`);
+    if (own.length < 2) continue;
+    const fates = own.map(
+      (r) =>
+        `${at(r.receivedAt)} ${r.cutOff ? 'cut off by the kill' : r.answeredAt !== undefined ? 'answered' : 'open'}`,
+    );
+    const earlier = own.slice(0, -1);
+    const why = earlier.every((r) => r.cutOff)
+      ? 'the kill cut off the call before its answer came back, so the retry asked again under the same key ' +
+        '(expected: no answer had been received)'
+      : 'an earlier call was answered but its worker died before it wrote the memo, so the answer was bought again';
+    repeated.push(`${what} (${key}): ${own.length} calls (${fates.join(', ')}): ${why}`);
+  }
+  const stray = requests.filter((r) => !stepKeys.has(r.key));
+  if (stray.length > 0)
+    problems.push(
+      `${stray.length} call(s) under keys no step has: ${[...new Set(stray.map((r) => r.key))].join(', ')}`,
+    );
+  return { keys: new Set(requests.map((r) => r.key)).size, repeated, late, problems };
+}
+
+/**
  * Polls the runs until one document's publication is committed at the target but not yet acknowledged while
  * another document is mid model call, then SIGKILLs the worker: no shutdown, no goodbye to the server, as when a
  * machine dies. If that moment never comes, any moment with a model call running and a few steps done will do.
@@ -273,6 +489,7 @@ async function killWhenHalfway(
   client: Client,
   submissions: readonly Submission[],
   store: PublicationStore,
+  model: DemoModelServer,
   worker: DemoWorker,
 ): Promise<{ done: number; running: string[] }> {
   const began = Date.now();
@@ -296,7 +513,7 @@ async function killWhenHalfway(
         );
       }
     }
-    const modelCallRunning = running.some((r) => !r.includes(' publish'));
+    const modelCallRunning = model.open().length > 0;
     const fallback = Date.now() - began > 20_000 && done >= 3;
     if (modelCallRunning && (unacknowledged || fallback)) {
       worker.child.kill('SIGKILL');
