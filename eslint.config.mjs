@@ -55,10 +55,19 @@ export default tseslint.config(
       '@typescript-eslint/no-restricted-imports': [
         'error',
         {
-          paths: [
-            { name: '../activities', message: 'Import activities as types only.', allowTypeImports: true },
-          ],
           patterns: [
+            {
+              group: ['../activities', '../activities/*'],
+              allowTypeImports: true,
+              message:
+                'Import activities as types only: their code does I/O and must stay out of the sandbox.',
+            },
+            {
+              group: ['../src/*', '!../src/shared'],
+              allowTypeImports: true,
+              message:
+                'Workflow code may import only the workflow-safe ../src/shared (other modules do I/O).',
+            },
             {
               group: ['node:*'],
               message: 'No Node builtins in workflow code: it runs in the deterministic sandbox.',
