@@ -82,7 +82,7 @@ const EnvSchema = z.object({
   PAYLOAD_DECRYPTION_KEYS: optionalText,
 });
 
-export const CONFIG_VARIABLES = Object.keys(EnvSchema.shape) as readonly (keyof typeof EnvSchema.shape)[];
+export const CONFIG_VARIABLES = EnvSchema.keyof().options;
 
 export interface Config {
   /** Set when the user points at a server; unset means "embedded dev server unless one answers on 7233". */

@@ -2,21 +2,16 @@
  * The embedded offline model: extractive summaries and keyword tags computed from the text with wink-nlp.
  * Everything here is pure and deterministic; the wink model is loaded on first use, not on import.
  */
-import type WinkFn from 'wink-nlp';
-import type { ItemSentence, ItemToken, Model, WinkMethods } from 'wink-nlp';
+import winkNLP from 'wink-nlp';
+import type { ItemSentence, ItemToken, WinkMethods } from 'wink-nlp';
+import model from 'wink-eng-lite-web-model';
 
 let cachedNlp: WinkMethods | undefined;
 
+/** The wink pipeline, built on first use: instantiating it over the model costs ~200 ms. */
 function nlp(): WinkMethods {
-  if (cachedNlp === undefined) {
-    // Required here rather than imported: loading and decoding the model costs ~200 ms.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const winkNLP: typeof WinkFn = require('wink-nlp');
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const model: Model = require('wink-eng-lite-web-model');
-    // Only sentence boundaries and parts of speech are needed; NER, sentiment and negation would cost time.
-    cachedNlp = winkNLP(model, ['sbd', 'pos']);
-  }
+  // Only sentence boundaries and parts of speech are needed; NER, sentiment and negation would cost time.
+  cachedNlp ??= winkNLP(model, ['sbd', 'pos']);
   return cachedNlp;
 }
 
