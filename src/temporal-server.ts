@@ -44,13 +44,15 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   const address = `127.0.0.1:${config.embeddedPort}`;
   const defaultUi = `http://localhost:${config.uiPort}`;
   if (await answers('127.0.0.1', config.embeddedPort)) {
+    // Left running by an earlier `npm start` that was killed? Then it is ours to stop at the end of this run.
+    const orphan = embeddedServerPid(config.dataDir);
     return {
       address,
       namespace: config.namespace,
       secure: {},
       uiUrl: defaultUi,
-      origin: 'already running',
-      close: noop,
+      origin: orphan === undefined ? 'already running' : 'embedded',
+      close: orphan === undefined ? noop : () => stopProcess(orphan, pidFile(config.dataDir)),
     };
   }
   const executable = resolveTemporalExecutable('cli', config.cliPath);
@@ -112,6 +114,7 @@ async function startDevServer(
     { stdio: ['ignore', log, log] },
   );
   fs.closeSync(log);
+  if (child.pid !== undefined) fs.writeFileSync(pidFile(dataDir), String(child.pid));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let gone = false;
   void exited.then(() => (gone = true));
@@ -125,10 +128,46 @@ async function startDevServer(
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   return async () => {
+    fs.rmSync(pidFile(dataDir), { force: true });
     if (gone) return;
     child.kill('SIGTERM');
     await exited;
   };
+}
+
+/** Where the embedded server's process ID is kept while it runs, so a later run can stop one left behind. */
+export function pidFile(dataDir: string): string {
+  return path.join(dataDir, 'temporal-server.pid');
+}
+
+/** The process ID of an embedded server started from this data folder that is still alive, if any. */
+function embeddedServerPid(dataDir: string): number | undefined {
+  let pid: number;
+  try {
+    pid = Number(fs.readFileSync(pidFile(dataDir), 'utf8').trim());
+    process.kill(pid, 0);
+  } catch {
+    return undefined;
+  }
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+}
+
+/** SIGTERM, then wait (up to 10 s) until the process is gone; removes its pid file. */
+async function stopProcess(pid: number, file: string): Promise<void> {
+  fs.rmSync(file, { force: true });
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    return;
+  }
+  for (let waited = 0; waited < 10_000; waited += 100) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** True once the server answers gRPC and knows the namespace. */

@@ -4,10 +4,12 @@
  * folder. The rerun resumes the open runs, finished steps are not repeated, and each document is published once.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { PublicationStore } from '../src/publisher/publication-store';
+import { pidFile } from '../src/temporal-server';
 import { cleanupAfterAll, completion, freePort, isTagRequest, modelServerFor, scratchDir } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -67,10 +69,11 @@ describe('npm start after a kill -9', () => {
       OPENAI_MODEL: 'test-model',
       ...(process.env.TEMPORAL_CLI_PATH ? { TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH } : {}),
     };
+    // The embedded server records its process ID in the data folder; kill it as a machine crash would.
     const killEmbeddedServer = (): void => {
-      spawnSync('pkill', ['-KILL', '-f', '--', path.join(dataDir, 'temporal.db')]);
+      const pid = Number(fs.readFileSync(pidFile(dataDir), 'utf8'));
+      if (Number.isInteger(pid) && pid > 0) process.kill(pid, 'SIGKILL');
     };
-    defer(killEmbeddedServer);
 
     const first = startMain(env);
     defer(first.kill);
