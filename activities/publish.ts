@@ -7,13 +7,16 @@ import { idempotencyKey } from './idempotency';
 /**
  * Step 3, the one externally visible effect: hands the results to the publish target under the step's key.
  * If the worker dies after the target committed and before Temporal recorded the step, the retry sends the same
- * key and the target answers with the first receipt instead of writing again.
+ * key and the target answers with the first receipt instead of writing again. If a newer run of the document (a
+ * reset) has already published, the target answers `superseded` instead of writing: the step succeeds with that
+ * receipt, since there is nothing left to retry.
  */
 export function createPublish(deps: { publisher: Publisher }) {
   return async function publish(input: PublishInput): Promise<PublishResult> {
     const publication = parseOrFail(PublishInputSchema, input, 'publish input');
     const key = idempotencyKey();
     const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal));
+    // The spread keeps `superseded` when the target reported it.
     return { ...receipt, idempotencyKey: key, target: deps.publisher.kind };
   };
 }

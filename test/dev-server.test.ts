@@ -16,6 +16,7 @@ import { BlobStore } from '../src/blobs';
 import { dataPaths } from '../src/dependencies';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
+import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { recoveryReport } from '../src/report';
 import { progressQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
@@ -147,6 +148,83 @@ async function startGate(target: string): Promise<{ url: string; held: number; o
       state.open = true;
     },
   };
+}
+
+/** A request a gate received: its idempotency key and JSON body. */
+interface GatedRequest {
+  key: string;
+  body: unknown;
+}
+
+/**
+ * A publish webhook that holds every request under the first idempotency key it sees (that run's publish stays in
+ * flight, as in a partition) and passes all others on to `target`. `release()` then delivers the held requests to
+ * `target` late, as a zombie's would arrive, and returns the target's answers.
+ */
+async function startHoldingGate(target: string): Promise<{
+  url: string;
+  held: GatedRequest[];
+  passed: GatedRequest[];
+  release(): Promise<{ status: number; body: unknown }[]>;
+}> {
+  const held: GatedRequest[] = [];
+  const passed: GatedRequest[] = [];
+  let heldKey: string | undefined;
+  const forward = async ({ key, body }: GatedRequest) => {
+    const answer = await fetch(target, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(body),
+    });
+    return { status: answer.status, body: (await answer.json()) as unknown };
+  };
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const header = req.headers['idempotency-key'];
+      const request = {
+        key: typeof header === 'string' ? header : '',
+        body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown,
+      };
+      heldKey ??= request.key;
+      if (request.key === heldKey) {
+        held.push(request); // and never answer
+        return;
+      }
+      passed.push(request);
+      forward(request)
+        .then((answer) => {
+          res.writeHead(answer.status, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(answer.body));
+        })
+        .catch((err: unknown) => {
+          res.writeHead(502);
+          res.end(String(err));
+        });
+    });
+  });
+  const origin = await listenOnLoopback(server, 'holding gate');
+  defer(() => closeServer(server));
+  return {
+    url: `${origin}/publications`,
+    held,
+    passed,
+    release: async () => {
+      const answers = [];
+      for (const request of held) answers.push(await forward(request));
+      return answers;
+    },
+  };
+}
+
+/** The `scheduledAt` a publish request carried. */
+function scheduledAtOf(request: GatedRequest | undefined): number {
+  const body = request?.body;
+  const value =
+    typeof body === 'object' && body !== null && 'scheduledAt' in body ? body.scheduledAt : undefined;
+  assert.equal(typeof value, 'number', `no scheduledAt in ${JSON.stringify(body)}`);
+  return Number(value);
 }
 
 describe('documentPipeline on a real dev server', () => {
@@ -321,5 +399,72 @@ describe('documentPipeline on a real dev server', () => {
       { revision: 1, idempotencyKey: `${oldRun}:publish` },
       { revision: 2, idempotencyKey: `${newRun}:publish` },
     ]);
+  });
+
+  it('does not let a late publish from the run a reset replaced overwrite the reset run’s publication', async () => {
+    const store = new PublicationStore(path.join(scratchDir(defer), 'publications.db'));
+    defer(() => store.close());
+    const receiver = await startReceiver(store);
+    defer(() => receiver.close());
+    // The first run's publish request is held in flight; the reset run's passes straight to the receiver.
+    const gate = await startHoldingGate(receiver.url);
+    const local = tempParts(defer, { publisher: new WebhookPublisher(gate.url, 60_000) });
+    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const taskQueue = `test-${randomUUID()}`;
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const handle = await startPipeline(env, taskQueue, input);
+
+    const { oldRun, newRun, result } = await worker.runUntil(async () => {
+      await waitFor('the first run’s publish to reach the gate', async () =>
+        gate.held.length > 0 ? true : undefined,
+      );
+      const publish = activityEvents(await handle.fetchHistory(), 'publish');
+      assert.equal(publish.completed, undefined, 'the first run’s publish completed');
+      const resetPoint =
+        publish.scheduled?.activityTaskScheduledEventAttributes?.workflowTaskCompletedEventId;
+      assert.ok(resetPoint, 'no publish step in the history');
+      // The operator resets the stuck run: the server terminates it and redoes publish in a new run.
+      const { runId } = await env.client.workflowService.resetWorkflowExecution({
+        namespace: env.namespace ?? 'default',
+        workflowExecution: { workflowId: handle.workflowId, runId: handle.firstExecutionRunId },
+        workflowTaskFinishEventId: resetPoint,
+        reason: 'test: redo a stuck publish',
+        requestId: randomUUID(),
+      });
+      assert.ok(runId, 'the reset returned no run ID');
+      const reset = env.client.workflow.getHandle<typeof documentPipeline>(handle.workflowId, runId);
+      return { oldRun: handle.firstExecutionRunId, newRun: runId, result: await reset.result() };
+    });
+    // Only now does the replaced run's publication reach the target, under a key it has never seen.
+    const late = await gate.release();
+
+    assert.notEqual(newRun, oldRun);
+    assert.deepEqual(result.publication, {
+      idempotencyKey: `${newRun}:publish`,
+      target: 'webhook',
+      documentId: input.documentId,
+      revision: 1,
+      duplicate: false,
+    });
+    assert.ok(gate.held.every((r) => r.key === `${oldRun}:publish`));
+    assert.ok(
+      scheduledAtOf(gate.held[0]) < scheduledAtOf(gate.passed[0]),
+      'the reset run did not schedule its publish later than the run it replaced',
+    );
+    assert.ok(late.length > 0);
+    for (const answer of late) {
+      assert.deepEqual(answer, {
+        status: 200,
+        body: { documentId: input.documentId, revision: 1, duplicate: false, superseded: true },
+      });
+    }
+    assert.deepEqual(store.revisionsOf(input.documentId), [
+      { revision: 1, idempotencyKey: `${newRun}:publish` },
+    ]);
+    assert.equal(store.currentPublication(input.documentId)?.revision, 1);
+    assert.deepEqual(
+      store.deliveries().map((d) => [d.idempotencyKey, d.outcome]),
+      [[`${newRun}:publish`, 'created'], ...late.map(() => [`${oldRun}:publish`, 'stale'])],
+    );
   });
 });

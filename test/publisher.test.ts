@@ -1,12 +1,14 @@
 /**
- * The publish targets: the SQLite publication store (a key never writes twice, a new key is a new revision) and
- * the webhook publisher against a real receiver and against receivers that fail in each way HTTP allows.
+ * The publish targets: the SQLite publication store (a key never writes twice, a new key is a new revision, a new
+ * key from an older run is stale and never written) and the webhook publisher against a real receiver and against
+ * receivers that fail in each way HTTP allows.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
 import { ApplicationFailure } from '@temporalio/common';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
@@ -25,7 +27,11 @@ function freshStore(): PublicationStore {
   return store;
 }
 
-function publication(documentId = `doc-${randomUUID()}`, summary = 'A summary.'): Publication {
+function publication(
+  documentId = `doc-${randomUUID()}`,
+  summary = 'A summary.',
+  scheduledAt?: number,
+): Publication {
   return {
     documentId,
     title: 'A title',
@@ -33,7 +39,13 @@ function publication(documentId = `doc-${randomUUID()}`, summary = 'A summary.')
     summary,
     tags: ['checkpoints'],
     model: { provider: 'offline', model: 'extractive-wink-nlp' },
+    ...(scheduledAt === undefined ? {} : { scheduledAt }),
   };
+}
+
+/** The outcome of each delivery that reached `store`, as `[key, outcome]`. */
+function outcomes(store: PublicationStore): [string, string][] {
+  return store.deliveries().map((d) => [d.idempotencyKey, d.outcome]);
 }
 
 const NO_ABORT = new AbortController().signal;
@@ -83,6 +95,100 @@ describe('PublicationStore', () => {
     assert.equal(store.countPublications(), 1);
   });
 
+  it('answers a new key from an older run as stale: recorded, not written, the newer revision stays', () => {
+    const store = freshStore();
+    const documentId = `doc-${randomUUID()}`;
+
+    // Run A publishes r1; a reset starts run B (a later scheduledAt), which publishes r2.
+    store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+    const b = store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
+    // A zombie of a run between them (replaced before its publish ever reached the store) delivers late, under a
+    // key the store has never seen and with its own, older scheduledAt.
+    const zombie = store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
+    const zombieRetry = store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
+    const bRetry = store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
+
+    assert.deepEqual(b, { documentId, revision: 2, duplicate: false });
+    assert.deepEqual(zombie, { documentId, revision: 2, duplicate: false, superseded: true });
+    assert.deepEqual(zombieRetry, zombie);
+    assert.deepEqual(bRetry, { documentId, revision: 2, duplicate: true });
+    assert.deepEqual(store.revisionsOf(documentId), [
+      { revision: 1, idempotencyKey: 'A:publish' },
+      { revision: 2, idempotencyKey: 'B:publish' },
+    ]);
+    assert.deepEqual(store.currentPublication(documentId), {
+      documentId,
+      revision: 2,
+      title: 'A title',
+      summary: 'From run B.',
+      tags: ['checkpoints'],
+      scheduledAt: 3000,
+    });
+    assert.deepEqual(outcomes(store), [
+      ['A:publish', 'created'],
+      ['B:publish', 'created'],
+      ['Z:publish', 'stale'],
+      ['Z:publish', 'stale'],
+      ['B:publish', 'duplicate'],
+    ]);
+  });
+
+  it('answers a key it has seen as a duplicate even when a newer run has published since', () => {
+    const store = freshStore();
+    const documentId = `doc-${randomUUID()}`;
+
+    store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+    store.publish(publication(documentId, 'From run B.', 2000), 'B:publish');
+    const aRetry = store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+
+    assert.deepEqual(aRetry, { documentId, revision: 1, duplicate: true });
+    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
+  });
+
+  it('orders only publications that carry scheduledAt: without it a new key is the next revision, as before', () => {
+    const store = freshStore();
+    const documentId = `doc-${randomUUID()}`;
+
+    const legacy = store.publish(publication(documentId, 'Unordered.'), 'L:publish');
+    const ordered = store.publish(publication(documentId, 'Ordered.', 2000), 'B:publish');
+    const legacyAgain = store.publish(publication(documentId, 'Unordered again.'), 'M:publish');
+    // The unordered publication did not erase the order: an older run is still refused.
+    const older = store.publish(publication(documentId, 'Older.', 1000), 'A:publish');
+    // A later run (or the same scheduledAt under another key) is the next revision.
+    const newer = store.publish(publication(documentId, 'Newer.', 2000), 'C:publish');
+
+    assert.deepEqual(
+      [legacy, ordered, legacyAgain, older, newer].map((r) => [r.revision, r.superseded ?? false]),
+      [
+        [1, false],
+        [2, false],
+        [3, false],
+        [3, true],
+        [4, false],
+      ],
+    );
+    assert.equal(store.currentPublication(documentId)?.summary, 'Newer.');
+    assert.equal(store.currentPublication(documentId)?.scheduledAt, 2000);
+  });
+
+  it('opens a database made before publications were ordered and orders from then on', () => {
+    const file = path.join(scratchDir(defer, 'publisher-test-'), 'publications.db');
+    const old = new Database(file);
+    old.exec(`
+      CREATE TABLE publications (document_id TEXT PRIMARY KEY, revision INTEGER NOT NULL, title TEXT NOT NULL,
+        summary TEXT NOT NULL, tags TEXT NOT NULL, updated_at TEXT NOT NULL);
+      INSERT INTO publications VALUES ('doc-old', 1, 'A title', 'Old.', '[]', '2025-01-01T00:00:00.000Z');`);
+    old.close();
+    const store = new PublicationStore(file);
+    defer(() => store.close());
+
+    const next = store.publish(publication('doc-old', 'From run B.', 2000), 'B:publish');
+    const older = store.publish(publication('doc-old', 'Older.', 1000), 'A:publish');
+
+    assert.deepEqual(next, { documentId: 'doc-old', revision: 2, duplicate: false });
+    assert.deepEqual(older, { documentId: 'doc-old', revision: 2, duplicate: false, superseded: true });
+  });
+
   it('records every delivery attempt, duplicates included', () => {
     const store = freshStore();
     const doc = publication();
@@ -122,6 +228,18 @@ describe('WebhookPublisher', () => {
         ['run-1:publish', 'duplicate'],
       ],
     );
+  });
+
+  it('passes a stale answer through as a superseded receipt with the current revision', async () => {
+    const { url, store } = await receiver();
+    const publisher = new WebhookPublisher(url, 5_000);
+    const documentId = `doc-${randomUUID()}`;
+
+    await publisher.publish(publication(documentId, 'From run B.', 2000), 'B:publish', NO_ABORT);
+    const late = await publisher.publish(publication(documentId, 'Stale.', 1000), 'A:publish', NO_ABORT);
+
+    assert.deepEqual(late, { documentId, revision: 1, duplicate: false, superseded: true });
+    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
   });
 
   it('turns 503 with Retry-After: 7 into a retryable failure with a 7 s next retry delay', async () => {
@@ -191,5 +309,36 @@ describe('startReceiver', () => {
     assert.match(await response.text(), /Idempotency-Key/);
     assert.equal(store.deliveries().length, 0);
     assert.equal(store.countPublications(), 0);
+  });
+
+  it('answers a new key from an older run with 200 and a superseded receipt, and writes nothing', async () => {
+    const { url, store } = await receiver();
+    const documentId = `doc-${randomUUID()}`;
+    const post = (body: Publication, key: string) =>
+      fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify(body),
+      });
+
+    const a = await post(publication(documentId, 'From run A.', 1000), 'A:publish');
+    const b = await post(publication(documentId, 'From run B.', 3000), 'B:publish');
+    const zombie = await post(publication(documentId, 'Stale.', 2000), 'Z:publish');
+    const bRetry = await post(publication(documentId, 'From run B.', 3000), 'B:publish');
+
+    assert.deepEqual([a.status, b.status, zombie.status, bRetry.status], [201, 201, 200, 200]);
+    assert.deepEqual(await zombie.json(), { documentId, revision: 2, duplicate: false, superseded: true });
+    assert.deepEqual(await bRetry.json(), { documentId, revision: 2, duplicate: true });
+    assert.deepEqual(
+      store.revisionsOf(documentId).map((r) => r.idempotencyKey),
+      ['A:publish', 'B:publish'],
+    );
+    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
+    assert.deepEqual(outcomes(store), [
+      ['A:publish', 'created'],
+      ['B:publish', 'created'],
+      ['Z:publish', 'stale'],
+      ['B:publish', 'duplicate'],
+    ]);
   });
 });

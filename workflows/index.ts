@@ -114,6 +114,10 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     summary = await summarizeStep();
     tags = await tagStep();
   }
+  // scheduledAt orders this run's publication against other runs of the document (principle 8): workflow time is
+  // deterministic (the current workflow task's start), fixed in the step's input for all its retries, and later in
+  // every later run. Not workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old
+  // run's first task, so the reset run would report the same start time as the run it replaces.
   const publication = parseOrFail(
     PublishResultSchema,
     await step('publish', () =>
@@ -124,6 +128,7 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
         summary: summary.summary,
         tags: tags.tags,
         model: summary.model,
+        scheduledAt: Date.now(),
       }),
     ),
     'publish result',

@@ -4,19 +4,34 @@ import { openDatabase } from '../sqlite';
 import type { Publication, Receipt } from './types';
 
 const RevisionRowSchema = z.object({ document_id: z.string(), revision: z.number() });
+const LatestRowSchema = z.object({ revision: z.number(), scheduled_at: z.number().nullable() });
 const CountSchema = z.object({ n: z.number() });
+const OUTCOMES = ['created', 'duplicate', 'stale'] as const;
 
 export interface DeliveryRow {
   idempotencyKey: string;
   documentId: string;
-  outcome: 'created' | 'duplicate';
+  /** `stale`: a new key from a run older than the one already published; answered, not written. */
+  outcome: (typeof OUTCOMES)[number];
   receivedAt: string;
+}
+
+/** The current publication of a document, as the `publications` row holds it. */
+export interface CurrentPublication {
+  documentId: string;
+  revision: number;
+  title: string;
+  summary: string;
+  tags: string[];
+  scheduledAt: number | null;
 }
 
 /**
  * The publish target's database: one row per document (the latest revision), one row per revision, and every
  * delivery attempt. The idempotency key is written in the same transaction as the revision it produced, so a key
- * never writes twice, and a new key for a known document (a workflow reset) becomes its next revision.
+ * never writes twice, and a new key for a known document (a workflow reset) becomes its next revision, unless its
+ * `scheduledAt` is older than that of the publication already there: then it comes from a run a newer one replaced
+ * (a zombie worker still retrying, a request that arrived late) and is answered as superseded, never written.
  */
 export class PublicationStore {
   private readonly db: Database.Database;
@@ -30,7 +45,8 @@ export class PublicationStore {
         title TEXT NOT NULL,
         summary TEXT NOT NULL,
         tags TEXT NOT NULL,
-        updated_at TEXT NOT NULL
+        updated_at TEXT NOT NULL,
+        scheduled_at INTEGER
       );
       CREATE TABLE IF NOT EXISTS revisions (
         document_id TEXT NOT NULL,
@@ -47,9 +63,25 @@ export class PublicationStore {
         outcome TEXT NOT NULL,
         received_at TEXT NOT NULL
       );`);
+    // Databases created before publications were ordered have no scheduled_at column: add it (NULL = unordered).
+    // Under the write lock, so two workers opening one old database at once do not both add it.
+    const addOrderColumn = this.db.transaction(() => {
+      const columns = z
+        .array(z.object({ name: z.string() }))
+        .parse(this.db.pragma('table_info(publications)'));
+      if (!columns.some((c) => c.name === 'scheduled_at')) {
+        this.db.exec('ALTER TABLE publications ADD COLUMN scheduled_at INTEGER');
+      }
+    });
+    addOrderColumn.immediate();
   }
 
-  /** Upserts the publication under this key in one transaction; a key seen before returns its first receipt. */
+  /**
+   * Upserts the publication under this key in one transaction; a key seen before returns its first receipt. A new
+   * key whose `scheduledAt` is older than the current publication's is recorded as a `stale` delivery and answered
+   * with the current revision and `superseded: true`. Without `scheduledAt` on either side, a new key always
+   * becomes the next revision (publications from before the ordering existed).
+   */
   publish(publication: Publication, idempotencyKey: string): Receipt {
     const now = new Date().toISOString();
     const run = this.db.transaction((): Receipt => {
@@ -62,11 +94,26 @@ export class PublicationStore {
         this.recordDelivery(idempotencyKey, seen.data.document_id, 'duplicate', now);
         return { documentId: seen.data.document_id, revision: seen.data.revision, duplicate: true };
       }
-      const latest = RevisionRowSchema.safeParse(
+      const latest = LatestRowSchema.safeParse(
         this.db
-          .prepare('SELECT document_id, revision FROM publications WHERE document_id = ?')
+          .prepare('SELECT revision, scheduled_at FROM publications WHERE document_id = ?')
           .get(publication.documentId),
       );
+      const scheduledAt = publication.scheduledAt ?? null;
+      if (
+        latest.success &&
+        latest.data.scheduled_at !== null &&
+        scheduledAt !== null &&
+        scheduledAt < latest.data.scheduled_at
+      ) {
+        this.recordDelivery(idempotencyKey, publication.documentId, 'stale', now);
+        return {
+          documentId: publication.documentId,
+          revision: latest.data.revision,
+          duplicate: false,
+          superseded: true,
+        };
+      }
       const revision = latest.success ? latest.data.revision + 1 : 1;
       this.db
         .prepare(
@@ -75,10 +122,11 @@ export class PublicationStore {
         .run(publication.documentId, revision, idempotencyKey, JSON.stringify(publication), now);
       this.db
         .prepare(
-          `INSERT INTO publications (document_id, revision, title, summary, tags, updated_at)
-           VALUES (@documentId, @revision, @title, @summary, @tags, @now)
+          `INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
+           VALUES (@documentId, @revision, @title, @summary, @tags, @now, @scheduledAt)
            ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
-             summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at`,
+             summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
+             scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
         )
         .run({
           documentId: publication.documentId,
@@ -87,6 +135,7 @@ export class PublicationStore {
           summary: publication.summary,
           tags: JSON.stringify(publication.tags),
           now,
+          scheduledAt,
         });
       this.recordDelivery(idempotencyKey, publication.documentId, 'created', now);
       return { documentId: publication.documentId, revision, duplicate: false };
@@ -98,6 +147,34 @@ export class PublicationStore {
   /** Number of documents published (one row per document ID, whatever its revision). */
   countPublications(): number {
     return CountSchema.parse(this.db.prepare('SELECT count(*) AS n FROM publications').get()).n;
+  }
+
+  /** The current (latest accepted) publication of a document, or undefined if it was never published. */
+  currentPublication(documentId: string): CurrentPublication | undefined {
+    const row = this.db
+      .prepare(
+        'SELECT document_id, revision, title, summary, tags, scheduled_at FROM publications WHERE document_id = ?',
+      )
+      .get(documentId);
+    if (row === undefined) return undefined;
+    const r = z
+      .object({
+        document_id: z.string(),
+        revision: z.number(),
+        title: z.string(),
+        summary: z.string(),
+        tags: z.string(),
+        scheduled_at: z.number().nullable(),
+      })
+      .parse(row);
+    return {
+      documentId: r.document_id,
+      revision: r.revision,
+      title: r.title,
+      summary: r.summary,
+      tags: z.array(z.string()).parse(JSON.parse(r.tags)),
+      scheduledAt: r.scheduled_at,
+    };
   }
 
   /** All revisions of one document, oldest first. */
@@ -121,7 +198,7 @@ export class PublicationStore {
         z.object({
           idempotency_key: z.string(),
           document_id: z.string(),
-          outcome: z.enum(['created', 'duplicate']),
+          outcome: z.enum(OUTCOMES),
           received_at: z.string(),
         }),
       )

@@ -10,7 +10,9 @@ export interface Receiver {
 /**
  * A real publish target over HTTP: `POST /publications` with an `Idempotency-Key` header, backed by a
  * PublicationStore. Point PUBLISH_WEBHOOK_URL at it; tests use it as the far side of the webhook publisher.
- * Answers 201 for a new revision, 200 for a key it has seen (with the first receipt), 400 for bad requests.
+ * Answers 201 for a new revision, 200 for a key it has seen (with the first receipt), 200 with `superseded: true`
+ * and the current revision for a new key from a run older than the published one (not written), 400 for bad
+ * requests.
  */
 export async function startReceiver(
   store: PublicationStore,
@@ -46,7 +48,7 @@ export async function startReceiver(
         return;
       }
       const receipt = store.publish(parsed.data, key);
-      reply(receipt.duplicate ? 200 : 201, receipt);
+      reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt);
     });
   });
   await new Promise<void>((resolve, reject) => {

@@ -4,9 +4,13 @@ import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '..
 import { FailureType } from '../shared';
 import type { Publication, Publisher, Receipt } from './types';
 
-/** What a receiver may answer; revision and duplicate are optional so any 2xx endpoint works. */
+/** What a receiver may answer; revision, duplicate and superseded are optional so any 2xx endpoint works. */
 const ReceiptBodySchema = z
-  .object({ revision: z.number().int().min(1).optional(), duplicate: z.boolean().optional() })
+  .object({
+    revision: z.number().int().min(1).optional(),
+    duplicate: z.boolean().optional(),
+    superseded: z.boolean().optional(),
+  })
   .loose();
 
 /**
@@ -33,11 +37,14 @@ export class WebhookPublisher implements Publisher {
     });
     if (answer.status >= 200 && answer.status < 300) {
       const body = ReceiptBodySchema.safeParse(safeJson(answer.body));
-      return {
+      // A receiver that already holds a newer run's publication says so; the receipt carries it to the result.
+      const receipt: Receipt = {
         documentId: publication.documentId,
         revision: body.success ? (body.data.revision ?? 1) : 1,
         duplicate: body.success ? (body.data.duplicate ?? false) : false,
+        ...(body.success && body.data.superseded === true ? { superseded: true } : {}),
       };
+      return receipt;
     }
     if (isRetryableStatus(answer.status)) {
       throw transientStatusFailure(answer, what, FailureType.TransientPublishError);
