@@ -16,6 +16,7 @@ import {
   keyringFromSettings,
 } from '../src/codec';
 import { ConfigError } from '../src/config';
+import { recoveryReport, withDecodedResults } from '../src/report';
 import { documentPipeline } from '../workflows';
 import {
   completion,
@@ -110,6 +111,7 @@ Runtime.install({
 describe('encrypted runs on a real dev server', () => {
   const SECRET_API_KEY = `sk-test-${randomUUID()}`;
   const TEXT_MARKER = 'Zanzibarian quokkas';
+  const REJECTED_MARKER = 'Tasmanian wombats';
   let env: TestWorkflowEnvironment;
 
   before(async () => {
@@ -120,11 +122,14 @@ describe('encrypted runs on a real dev server', () => {
   });
 
   it('stores no document text, summary, tag, failure message or API key in plaintext, logs no secret, and replays', async () => {
-    const model = await startModelServer((request) =>
-      isTagRequest(request)
+    const model = await startModelServer((request) => {
+      if (JSON.stringify(request.body).includes(REJECTED_MARKER) && isTagRequest(request)) {
+        return { status: 401, body: { error: 'invalid api key for wombat notes' } };
+      }
+      return isTagRequest(request)
         ? { body: completion(JSON.stringify({ tags: ['quokka fauna', 'island wildlife'] })) }
-        : { body: completion(`${TEXT_MARKER} thrive on the island.`) },
-    );
+        : { body: completion(`${TEXT_MARKER} thrive on the island.`) };
+    });
     const parts = localParts({
       model: openAIModel(model, { apiKey: SECRET_API_KEY, requestTimeoutMs: 10_000 }),
     });
@@ -145,6 +150,8 @@ describe('encrypted runs on a real dev server', () => {
       const bad = { ...pipelineInput(parts.blobs, 'x'), options: { maxTags: 999 } };
       const goodId = `codec-good-${randomUUID()}`;
       const badId = `codec-bad-${randomUUID()}`;
+      const rejected = pipelineInput(parts.blobs, `# ${REJECTED_MARKER}\n\n${REJECTED_MARKER} dig burrows.`);
+      const rejectedId = `codec-rejected-${randomUUID()}`;
       await worker.runUntil(async () => {
         const result = await client.workflow.execute(documentPipeline, {
           taskQueue,
@@ -159,6 +166,10 @@ describe('encrypted runs on a real dev server', () => {
             err.cause instanceof ApplicationFailure &&
             /options\.maxTags/.test(err.cause.message),
         );
+        await assert.rejects(
+          client.workflow.execute(documentPipeline, { taskQueue, workflowId: rejectedId, args: [rejected] }),
+          WorkflowFailedError,
+        );
       });
       // The model server did get the key (it is the provider's credential), but only over HTTP.
       assert.equal(model.requests[0]?.authorization, `Bearer ${SECRET_API_KEY}`);
@@ -169,7 +180,17 @@ describe('encrypted runs on a real dev server', () => {
         !JSON.stringify(described.raw.workflowExecutionInfo?.searchAttributes ?? {}).includes(SECRET_API_KEY),
       );
 
-      for (const workflowId of [goodId, badId]) {
+      // The activity failure's message is sealed too: the report opens it with the codec, and only with it.
+      const rejectedHistory = await env.client.workflow.getHandle(rejectedId).fetchHistory();
+      const sealedTag = recoveryReport(rejectedHistory).steps.find((step) => step.step === 'tag');
+      assert.doesNotMatch(sealedTag?.lastFailure ?? '', /HTTP 401/);
+      const opened = recoveryReport(await withDecodedResults(rejectedHistory, dataConverter));
+      assert.match(
+        opened.steps.find((step) => step.step === 'tag')?.lastFailure ?? '',
+        /HTTP 401.*wombat notes/,
+      );
+
+      for (const workflowId of [goodId, badId, rejectedId]) {
         const raw = historyToJSON(await env.client.workflow.getHandle(workflowId).fetchHistory());
         const decodedText = Buffer.from(raw).toString('utf8');
         for (const needle of [
@@ -177,6 +198,7 @@ describe('encrypted runs on a real dev server', () => {
           'quokka fauna',
           'island wildlife',
           'options.maxTags',
+          'wombat notes',
           SECRET_API_KEY,
         ]) {
           assert.ok(!decodedText.includes(needle), `history of ${workflowId} holds "${needle}" in plaintext`);
