@@ -11,7 +11,6 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import path from 'node:path';
 import { randomInt, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -33,7 +32,7 @@ import { workflowIdFor } from '../src/shared';
 import type { PipelineResult, StepName } from '../src/shared';
 import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
 import type { WorkerProcess } from './fixtures/processes';
-import { completion, isTagRequest, temporalExecutable, tempDir } from './helpers';
+import { completion, freePort, isTagRequest, onChatRequest, temporalExecutable, tempDir } from './helpers';
 
 const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt(2 ** 31);
 if (!Number.isSafeInteger(SEED))
@@ -107,18 +106,9 @@ async function startSlowModelServer(delayMs: () => number): Promise<SlowModelSer
   const open = new Set<ModelCall>();
   let lastAnswered = 0;
   const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      let body: unknown;
-      try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      } catch {
-        body = undefined;
-      }
-      const header = req.headers['idempotency-key'];
-      const key = typeof header === 'string' ? header : '(no key)';
-      const tag = isTagRequest({ idempotencyKey: key, authorization: undefined, body });
+    onChatRequest(req, (request) => {
+      const key = request.idempotencyKey ?? '(no key)';
+      const tag = isTagRequest(request);
       const call: ModelCall = {
         key,
         step: tag ? 'tag' : 'summarize',
@@ -170,15 +160,6 @@ class ObservedStore extends PublicationStore {
     this.afterCommit?.(receipt, idempotencyKey);
     return receipt;
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no free port');
-  return address.port;
 }
 
 /** A few short notes beyond the shipped samples, so the batch keeps going for the whole kill plan. */

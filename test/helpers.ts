@@ -312,6 +312,25 @@ export function completion(content: string, usage = { prompt_tokens: 100, comple
   return { choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage };
 }
 
+/** Reads a chat request's JSON body (undefined when it is not JSON) and the headers the tests look at. */
+export function onChatRequest(req: http.IncomingMessage, handle: (request: ChatRequest) => void): void {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    let body: unknown;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      body = undefined;
+    }
+    const header = (name: string): string | undefined => {
+      const value = req.headers[name];
+      return typeof value === 'string' ? value : undefined;
+    };
+    handle({ idempotencyKey: header('idempotency-key'), authorization: header('authorization'), body });
+  });
+}
+
 /**
  * A real OpenAI-compatible HTTP server on loopback (`POST /v1/chat/completions`) whose answers the test scripts:
  * `reply` gets each request (numbered from 1) and returns the answer, so tests inject 429s, 500s, hangs and junk.
@@ -322,24 +341,7 @@ export async function startModelServer(
   const requests: ChatRequest[] = [];
   const hung = new Set<http.ServerResponse>();
   const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      let body: unknown;
-      try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      } catch {
-        body = undefined;
-      }
-      const header = (name: string): string | undefined => {
-        const value = req.headers[name];
-        return typeof value === 'string' ? value : undefined;
-      };
-      const request = {
-        idempotencyKey: header('idempotency-key'),
-        authorization: header('authorization'),
-        body,
-      };
+    onChatRequest(req, (request) => {
       requests.push(request);
       const answer = reply(request, requests.length);
       if (answer === 'hang') {
