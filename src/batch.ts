@@ -8,7 +8,7 @@ import { dataPaths } from './dependencies';
 import { collectDocuments } from './documents';
 import { describeStep, recoveryReport, summarizeReports, withDecodedResults } from './report';
 import type { RecoveryReport } from './report';
-import { formatCost } from './model/pricing';
+import { formatCost, totalUsage } from './model/pricing';
 import type { PipelineResult, SummarizeResult, TagResult } from './shared';
 
 /** The documents a fresh clone processes when no paths are given. */
@@ -155,10 +155,6 @@ function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line: strin
 
 /** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`. */
 export function describeUsage(steps: readonly (SummarizeResult | TagResult)[]): string {
-  const tokensIn = steps.reduce((sum, s) => sum + s.usage.inputTokens, 0);
-  const tokensOut = steps.reduce((sum, s) => sum + s.usage.outputTokens, 0);
-  const costs = steps.map((s) => s.estimatedCostUsd);
-  const unknown = costs.some((c) => c === null || c === undefined);
-  const cost = unknown ? null : costs.reduce<number>((sum, c) => sum + (c ?? 0), 0);
-  return `${tokensIn}/${tokensOut} tok, ${formatCost(cost)}`;
+  const total = totalUsage(steps);
+  return `${total.inputTokens}/${total.outputTokens} tok, ${formatCost(total.costUsd)}`;
 }

@@ -3,7 +3,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import type { DataConverter, Payload } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
-import { formatCost } from './model/pricing';
+import { formatCost, totalUsage } from './model/pricing';
 import { STEPS } from './shared';
 import type { StepName } from './shared';
 
@@ -445,18 +445,15 @@ export function formatReport(
       );
     }
   }
-  const priced = report.steps.filter((step) => step.usage !== undefined);
+  const priced = report.steps.flatMap(({ usage, estimatedCostUsd }) =>
+    usage !== undefined ? [{ usage, estimatedCostUsd }] : [],
+  );
   if (priced.length > 0) {
-    const sum = (f: (u: { inputTokens: number; outputTokens: number }) => number): number =>
-      priced.reduce((total, step) => total + (step.usage ? f(step.usage) : 0), 0);
-    const costs = priced.map((step) => step.estimatedCostUsd);
-    const cost = costs.some((c) => c === null || c === undefined)
-      ? null
-      : costs.reduce<number>((total, c) => total + (c ?? 0), 0);
+    const total = totalUsage(priced);
     lines.push('');
     lines.push(
-      `Model usage of the run: ${sum((u) => u.inputTokens)} tokens in, ${sum((u) => u.outputTokens)} out, ` +
-        `${formatCost(cost)} (each step's answer counted once)`,
+      `Model usage of the run: ${total.inputTokens} tokens in, ${total.outputTokens} out, ` +
+        `${formatCost(total.costUsd)} (each step's answer counted once)`,
     );
   }
   return lines;

@@ -40,3 +40,21 @@ export function formatCost(cost: number | null | undefined): string {
   if (cost === null || cost === undefined) return 'n/a';
   return `$${cost.toFixed(6)}`;
 }
+
+/** Tokens and cost of some model steps added up; the cost is null when any step's model had no price. */
+export function totalUsage(steps: readonly { usage: Usage; estimatedCostUsd?: number | null }[]): {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd: number | null;
+} {
+  let costUsd: number | null = 0;
+  for (const step of steps) {
+    const cost = step.estimatedCostUsd;
+    costUsd = costUsd === null || cost === null || cost === undefined ? null : costUsd + cost;
+  }
+  return {
+    inputTokens: steps.reduce((sum, s) => sum + s.usage.inputTokens, 0),
+    outputTokens: steps.reduce((sum, s) => sum + s.usage.outputTokens, 0),
+    costUsd,
+  };
+}
