@@ -1,19 +1,12 @@
-import type { AnswerMemo } from '../src/model/memo';
-import type { PriceTable } from '../src/model/pricing';
-import type { DocumentModel } from '../src/model/types';
 import type { Publisher } from '../src/publisher/types';
-import type { TextSource } from './document-text';
+import type { ModelStepDependencies } from './model-step';
 import { createPublish } from './publish';
 import { createSummarize } from './summarize';
 import { createTag } from './tag';
 
-export interface ActivityDependencies {
-  model: DocumentModel;
+/** The model steps' parts (model, memo, texts, prices; without prices only the offline model costs 0) and the publisher. */
+export interface ActivityDependencies extends ModelStepDependencies {
   publisher: Publisher;
-  memo: AnswerMemo;
-  texts: TextSource;
-  /** For cost estimates in step results; without it only the offline model has a known price (0). */
-  prices?: PriceTable;
 }
 
 /** The pipeline's activities with their dependencies injected; tests pass real-but-local parts. */

@@ -3,8 +3,19 @@ import type { z } from 'zod';
 import type { AnswerMemo } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
-import type { DocumentModel, ModelAnswer } from '../src/model/types';
+import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
 import type { ModelInfo, StepName, Usage } from '../src/shared';
+import type { TextSource } from './document-text';
+import { withHeartbeats } from './heartbeat';
+import { idempotencyKey } from './idempotency';
+
+/** What the two model steps need: the model, the memo of paid answers, the texts, and prices for cost. */
+export interface ModelStepDependencies {
+  model: DocumentModel;
+  memo: AnswerMemo;
+  texts: TextSource;
+  prices?: PriceTable;
+}
 
 export interface ModelStepAnswer<T> {
   value: T;
@@ -56,4 +67,23 @@ export async function askOnce<T>(
   memo.put(key, step, { value: answer.value, usage: answer.usage, model: model.info });
   const estimatedCostUsd = estimateCost(prices, model.info, answer.usage);
   return { value: answer.value, usage: answer.usage, model: model.info, memoised: false, estimatedCostUsd };
+}
+
+/**
+ * The body shared by summarize and tag: read the text by reference, then ask the model once per idempotency key
+ * (see askOnce) while heartbeating. `ask` gets the text and the call's key and cancellation signal.
+ */
+export async function runModelStep<T>(
+  deps: ModelStepDependencies,
+  { step, textRef, valueSchema }: { step: StepName; textRef: string; valueSchema: z.ZodType<T> },
+  ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
+): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
+  const key = idempotencyKey();
+  const text = deps.texts.read(textRef);
+  const answer = await withHeartbeats((signal) =>
+    askOnce({ step, key, memo: deps.memo, model: deps.model, valueSchema, prices: deps.prices }, () =>
+      ask(text, { idempotencyKey: key, signal }),
+    ),
+  );
+  return { ...answer, idempotencyKey: key };
 }
