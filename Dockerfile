@@ -31,4 +31,4 @@ COPY --from=prod-deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 RUN mkdir -p /app/data && chown node:node /app/data
 USER node
-CMD ["node", "dist/src/worker.js"]
+CMD ["node", "dist/src/cli/worker.js"]

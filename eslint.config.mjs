@@ -63,10 +63,10 @@ export default tseslint.config(
                 'Import activities as types only: their code does I/O and must stay out of the sandbox.',
             },
             {
-              group: ['../src/*', '!../src/shared'],
+              group: ['../src/*', '!../src/contract'],
               allowTypeImports: true,
               message:
-                'Workflow code may import only the workflow-safe ../src/shared (other modules do I/O).',
+                'Workflow code may import only the workflow-safe ../src/contract (other modules do I/O).',
             },
             {
               group: ['node:*'],

@@ -4,8 +4,8 @@ import type { AnswerMemo } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
-import type { ModelInfo, StepName, Usage } from '../src/shared';
-import type { TextSource } from './document-text';
+import type { ModelInfo, StepName, Usage } from '../src/contract';
+import type { TextSource } from '../src/documents/text-source';
 import { withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 

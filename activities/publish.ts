@@ -1,6 +1,6 @@
 import type { Publisher } from '../src/publisher/types';
-import { parseOrFail, PublishInputSchema } from '../src/shared';
-import type { PublishInput, PublishResult } from '../src/shared';
+import { parseOrFail, PublishInputSchema } from '../src/contract';
+import type { PublishInput, PublishResult } from '../src/contract';
 import { withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 

@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { z } from 'zod';
-import { FailureType, parseOrFail, SummarizeInputSchema } from '../src/shared';
-import type { SummarizeInput, SummarizeResult } from '../src/shared';
+import { FailureType, parseOrFail, SummarizeInputSchema } from '../src/contract';
+import type { SummarizeInput, SummarizeResult } from '../src/contract';
 import { runModelStep } from './model-step';
 import type { ModelStepDependencies } from './model-step';
 

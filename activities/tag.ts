@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { parseOrFail, TagInputSchema } from '../src/shared';
-import type { TagInput, TagResult } from '../src/shared';
+import { parseOrFail, TagInputSchema } from '../src/contract';
+import type { TagInput, TagResult } from '../src/contract';
 import { runModelStep } from './model-step';
 import type { ModelStepDependencies } from './model-step';
 

@@ -14,17 +14,18 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { SAMPLES_DIR } from '../src/batch';
-import { resolveTemporalExecutable } from '../src/binaries';
-import { BlobStore } from '../src/blobs';
-import { submitDocument } from '../src/client';
+import { SAMPLES_DIR } from '../src/config';
+import { resolveTemporalExecutable } from '../src/temporal/binaries';
+import { BlobStore } from '../src/documents/blobs';
+import { submitDocument } from '../src/runs/submit';
 import { loadConfig } from '../src/config';
-import { createDependencies, dataPaths } from '../src/dependencies';
-import { collectDocuments } from '../src/documents';
-import { runMain } from '../src/run-main';
-import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/shared';
-import type { PipelineInput } from '../src/shared';
-import { createPipelineWorker } from '../src/worker';
+import { createDependencies } from '../src/dependencies';
+import { dataPaths } from '../src/config';
+import { collectDocuments } from '../src/documents/files';
+import { runMain } from '../src/lib/run-main';
+import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
+import type { PipelineInput } from '../src/contract';
+import { createPipelineWorker } from '../src/temporal/worker';
 import { documentPipeline } from '../workflows';
 
 const HISTORIES_DIR = path.resolve(__dirname, '..', 'test', 'histories');
@@ -49,7 +50,11 @@ async function run(): Promise<void> {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'record-histories-'));
   // Only DATA_DIR and the CLI path from the environment: always the offline model and the SQLite target.
-  const config = loadConfig({ DATA_DIR: dataDir, TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH });
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH,
+    PATH: process.env.PATH,
+  });
   const { documents, rejected } = collectDocuments(
     given.length > 0 ? given : DEFAULT_DOCUMENTS,
     config.maxDocumentBytes,
@@ -59,7 +64,7 @@ async function run(): Promise<void> {
   }
 
   const env = await TestWorkflowEnvironment.createLocal({
-    server: { executable: resolveTemporalExecutable('cli', config.cliPath) },
+    server: { executable: resolveTemporalExecutable('cli', config) },
   });
   const { deps, close } = createDependencies(config);
   try {

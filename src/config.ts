@@ -2,7 +2,9 @@ import path from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_PRICES, PriceTableSchema } from './model/pricing';
 import type { PriceTable } from './model/pricing';
-import { DEFAULT_TASK_QUEUE } from './shared';
+import { DEFAULT_TASK_QUEUE } from './contract';
+import { readTemporalSettings } from './temporal/settings';
+import type { TemporalSettings } from './temporal/settings';
 
 /** Default ports of the embedded dev server; docker-compose.yml publishes the same ones. */
 export const DEFAULT_TEMPORAL_PORT = 7233;
@@ -84,17 +86,39 @@ const EnvSchema = z.object({
 
 export const CONFIG_VARIABLES = EnvSchema.keyof().options;
 
+/** The documents a fresh clone processes when no paths are given. */
+export const SAMPLES_DIR = path.resolve(__dirname, '..', 'samples');
+
+/** The data folder's layout, spelled once: every file the project keeps there. */
+export function dataPaths(dataDir: string) {
+  return {
+    blobs: path.join(dataDir, 'blobs'),
+    memo: path.join(dataDir, 'memo.db'),
+    publications: path.join(dataDir, 'publications.db'),
+    temporal: path.join(dataDir, 'temporal.db'),
+    temporalLog: path.join(dataDir, 'temporal-server.log'),
+    temporalPid: path.join(dataDir, 'temporal-server.pid'),
+  };
+}
+export type DataPaths = ReturnType<typeof dataPaths>;
+
 export interface Config {
-  /** Set when the user points at a server; unset means "embedded dev server unless one answers on 7233". */
-  temporalAddress: string | undefined;
-  namespace: string;
+  /**
+   * Where the Temporal server is, read the standard way (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, an envconfig
+   * profile, TLS and API key). An unset address means "embedded dev server unless one answers on 7233".
+   */
+  temporal: TemporalSettings;
   taskQueue: string;
   /** Port of the embedded dev server (and of the "already running" probe) when no address is configured. */
   embeddedPort: number;
   uiPort: number;
   cliPath: string | undefined;
   testServerPath: string | undefined;
+  /** PATH, where the Temporal binaries are looked for when no explicit path is set. */
+  searchPath: string;
   dataDir: string;
+  /** The files in the data folder. */
+  paths: DataPaths;
   model:
     | { kind: 'offline' }
     | { kind: 'openai-compatible'; baseUrl: string; apiKey: string | undefined; model: string };
@@ -134,15 +158,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       'OPENAI_BASE_URL is set but OPENAI_MODEL is not: name the model, e.g. OPENAI_MODEL=gpt-4o-mini',
     );
   }
+  const dataDir = path.resolve(cwd, e.DATA_DIR ?? 'data');
   return {
-    temporalAddress: e.TEMPORAL_ADDRESS,
-    namespace: e.TEMPORAL_NAMESPACE,
+    temporal: readTemporalSettings(env, e.TEMPORAL_NAMESPACE),
     taskQueue: e.TEMPORAL_TASK_QUEUE,
     embeddedPort: e.EMBEDDED_TEMPORAL_PORT,
     uiPort: e.TEMPORAL_UI_PORT,
     cliPath: e.TEMPORAL_CLI_PATH,
     testServerPath: e.TEMPORAL_TEST_SERVER_PATH,
-    dataDir: path.resolve(cwd, e.DATA_DIR ?? 'data'),
+    searchPath: env.PATH ?? '',
+    dataDir,
+    paths: dataPaths(dataDir),
     model:
       e.OPENAI_BASE_URL !== undefined && e.OPENAI_MODEL !== undefined
         ? {

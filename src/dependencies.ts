@@ -1,8 +1,7 @@
-import path from 'node:path';
-import { blobTextSource } from '../activities/document-text';
 import type { ActivityDependencies } from '../activities';
-import { BlobStore } from './blobs';
 import type { Config } from './config';
+import { BlobStore } from './documents/blobs';
+import { blobTextSource } from './documents/text-source';
 import { AnswerMemo } from './model/memo';
 import { OfflineModel } from './model/offline-model';
 import { OpenAICompatibleModel } from './model/openai-compatible';
@@ -11,16 +10,6 @@ import { PublicationStore } from './publisher/publication-store';
 import { SqlitePublisher } from './publisher/sqlite-publisher';
 import type { Publisher } from './publisher/types';
 import { WebhookPublisher } from './publisher/webhook-publisher';
-
-/** Files in the data folder. */
-export function dataPaths(dataDir: string) {
-  return {
-    blobs: path.join(dataDir, 'blobs'),
-    memo: path.join(dataDir, 'memo.db'),
-    publications: path.join(dataDir, 'publications.db'),
-    temporal: path.join(dataDir, 'temporal.db'),
-  };
-}
 
 /** The model chosen by the environment: OpenAI-compatible when OPENAI_BASE_URL is set, else the offline one. */
 export function createModel(config: Config): DocumentModel {
@@ -33,29 +22,50 @@ export function createModel(config: Config): DocumentModel {
   });
 }
 
-/** Builds the real activity dependencies from configuration; `close` releases the database handles. */
-export function createDependencies(config: Config): { deps: ActivityDependencies; close(): void } {
-  const files = dataPaths(config.dataDir);
+/** Parts a caller may swap for its own (a test's scripted model, a publisher that crashes on purpose). */
+export type DependencyOverrides = Partial<Pick<ActivityDependencies, 'model' | 'publisher'>>;
+
+export interface Dependencies {
+  /** What the activities get. */
+  deps: ActivityDependencies;
+  blobs: BlobStore;
+  memo: AnswerMemo;
+  /** The SQLite publish target, when the publisher writes there (no webhook, no override). */
+  publications: PublicationStore | undefined;
+  /** Releases the database handles. */
+  close(): void;
+}
+
+/**
+ * The composition root: the real activity dependencies from configuration. Every worker (npm start, npm run
+ * worker, the demo's and the tests' worker processes) is wired here; `overrides` swaps the model or publisher.
+ */
+export function createDependencies(config: Config, overrides: DependencyOverrides = {}): Dependencies {
+  const files = config.paths;
+  const blobs = new BlobStore(files.blobs);
   const memo = new AnswerMemo(files.memo);
-  let store: PublicationStore | undefined;
-  let publisher: Publisher;
-  if (config.publisher.kind === 'webhook') {
-    publisher = new WebhookPublisher(config.publisher.url, config.publishRequestTimeoutMs);
-  } else {
-    store = new PublicationStore(files.publications);
-    publisher = new SqlitePublisher(store);
+  let publications: PublicationStore | undefined;
+  const publisher = overrides.publisher ?? createPublisher();
+  function createPublisher(): Publisher {
+    if (config.publisher.kind === 'webhook')
+      return new WebhookPublisher(config.publisher.url, config.publishRequestTimeoutMs);
+    publications = new PublicationStore(files.publications);
+    return new SqlitePublisher(publications);
   }
   return {
     deps: {
-      model: createModel(config),
+      model: overrides.model ?? createModel(config),
       publisher,
       memo,
-      texts: blobTextSource(new BlobStore(files.blobs), config.maxDocumentBytes),
+      texts: blobTextSource(blobs, config.maxDocumentBytes),
       prices: config.prices,
     },
+    blobs,
+    memo,
+    publications,
     close() {
       memo.close();
-      store?.close();
+      publications?.close();
     },
   };
 }

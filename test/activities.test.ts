@@ -10,7 +10,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { idempotencyKey } from '../activities/idempotency';
-import { FailureType } from '../src/shared';
+import { FailureType } from '../src/contract';
 import { answering, cleanupAfterAll, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
 import type { LocalParts, ModelServer } from './helpers';
 

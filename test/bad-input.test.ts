@@ -13,10 +13,10 @@ import fc from 'fast-check';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client, WorkflowFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { processDocuments } from '../src/batch';
+import { processDocuments } from '../src/runs/batch';
 import { loadConfig } from '../src/config';
-import { dataPaths } from '../src/dependencies';
-import { collectDocuments, decodeDocument, documentIdFor } from '../src/documents';
+import { dataPaths } from '../src/config';
+import { collectDocuments, decodeDocument, documentIdFor } from '../src/documents/files';
 import {
   FailureType,
   INPUT_SCHEMA_VERSION,
@@ -24,8 +24,8 @@ import {
   refuseOtherSchemaVersions,
   PipelineInputSchema,
   workflowIdFor,
-} from '../src/shared';
-import { createPipelineWorker } from '../src/worker';
+} from '../src/contract';
+import { createPipelineWorker } from '../src/temporal/worker';
 import type { documentPipeline } from '../workflows';
 import {
   cleanupAfterAll,

@@ -10,29 +10,37 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 import { randomInt, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { SAMPLES_DIR } from '../src/batch';
-import { BlobStore } from '../src/blobs';
-import { submitDocument } from '../src/client';
-import { dataPaths } from '../src/dependencies';
-import { collectDocuments, documentIdFor, titleOf } from '../src/documents';
-import type { DocumentFile } from '../src/documents';
+import { SAMPLES_DIR } from '../src/config';
+import { BlobStore } from '../src/documents/blobs';
+import { submitDocument } from '../src/runs/submit';
+import { dataPaths } from '../src/config';
+import { collectDocuments, documentIdFor, titleOf } from '../src/documents/files';
+import type { DocumentFile } from '../src/documents/files';
 import { AnswerMemo } from '../src/model/memo';
 import { PublicationStore } from '../src/publisher/publication-store';
 import type { Publication, Receipt } from '../src/publisher/types';
 import { startReceiver } from '../src/publisher/receiver';
 import type { Receiver } from '../src/publisher/receiver';
-import { recoveryReport } from '../src/report';
-import { workflowIdFor } from '../src/shared';
-import type { PipelineResult, StepName } from '../src/shared';
-import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
-import type { WorkerProcess } from './fixtures/processes';
-import { completion, freePort, isTagRequest, onChatRequest, temporalExecutable, tempDir } from './helpers';
+import { recoveryReport } from '../src/runs/history';
+import { workflowIdFor } from '../src/contract';
+import type { PipelineResult, StepName } from '../src/contract';
+
+import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import { startModelServer } from '../src/cli/demo/model-server';
+import type { ChatRequest, ModelServer } from '../src/cli/demo/model-server';
+import {
+  completion,
+  freePort,
+  startCrashableWorker,
+  temporalExecutable,
+  tempDir,
+  writeWorkflowBundle,
+} from './helpers';
 
 const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt(2 ** 31);
 if (!Number.isSafeInteger(SEED))
@@ -83,72 +91,8 @@ function shuffled<T>(items: readonly T[]): T[] {
   return out;
 }
 
-interface ModelCall {
-  key: string;
-  step: StepName;
-  receivedAt: number;
-  answeredAt: number | undefined;
-  /** The caller went away (its worker was killed) before the answer was sent. */
-  cutOff: boolean;
-}
-
-interface SlowModelServer {
-  baseUrl: string;
-  calls: ModelCall[];
-  open(): ModelCall[];
-  lastAnsweredAt(): number;
-  close(): Promise<void>;
-}
-
-/** An OpenAI-compatible server on loopback that answers each request after `delayMs()`, like a slow paid model. */
-async function startSlowModelServer(delayMs: () => number): Promise<SlowModelServer> {
-  const calls: ModelCall[] = [];
-  const open = new Set<ModelCall>();
-  let lastAnswered = 0;
-  const server = http.createServer((req, res) => {
-    onChatRequest(req, (request) => {
-      const key = request.idempotencyKey ?? '(no key)';
-      const tag = isTagRequest(request);
-      const call: ModelCall = {
-        key,
-        step: tag ? 'tag' : 'summarize',
-        receivedAt: Date.now(),
-        answeredAt: undefined,
-        cutOff: false,
-      };
-      calls.push(call);
-      open.add(call);
-      debug(`model request ${key}`);
-      const timer = setTimeout(() => {
-        if (res.destroyed) return;
-        call.answeredAt = lastAnswered = Date.now();
-        open.delete(call);
-        const content = tag ? '{"tags": ["chaos", "recovery"]}' : `A summary for ${key}.`;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(completion(content)));
-      }, delayMs());
-      res.on('close', () => {
-        clearTimeout(timer);
-        if (call.answeredAt !== undefined) return;
-        call.cutOff = true;
-        open.delete(call);
-      });
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('model server did not bind a port');
-  return {
-    baseUrl: `http://127.0.0.1:${address.port}/v1`,
-    calls,
-    open: () => [...open],
-    lastAnsweredAt: () => lastAnswered,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
+/** The key a model request was sent under. */
+const keyOf = (request: ChatRequest): string => request.idempotencyKey ?? '(no key)';
 
 /** The receiver's store, with a hook that runs right after a publication committed and before the reply is sent. */
 class ObservedStore extends PublicationStore {
@@ -191,7 +135,8 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
   const workers: WorkerProcess[] = [];
   let port: number;
   let env: TestWorkflowEnvironment | undefined;
-  let model: SlowModelServer;
+  let model: ModelServer;
+  const lastAnsweredAt = (): number => Math.max(0, ...model.requests.map((r) => r.answeredAt ?? 0));
   let store: ObservedStore;
   let receiver: Receiver;
   let bundlePath: string;
@@ -208,7 +153,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
     });
 
   const startWorker = async (): Promise<WorkerProcess> => {
-    const worker = await startWorkerProcess({
+    const worker = await startCrashableWorker({
       TEMPORAL_ADDRESS: `127.0.0.1:${port}`,
       TEMPORAL_NAMESPACE: 'default',
       TEMPORAL_TASK_QUEUE: taskQueue,
@@ -233,7 +178,13 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
     port = await freePort();
     env = await startServer();
     bundlePath = await writeWorkflowBundle(dir);
-    model = await startSlowModelServer(() => between(300, 1500));
+    // A slow paid model: every answer takes 0.3 to 1.5 s, so kills land inside calls.
+    model = await startModelServer((request) => {
+      debug(`model request ${keyOf(request)}`);
+      const content =
+        request.step === 'tag' ? '{"tags": ["chaos", "recovery"]}' : `A summary for ${keyOf(request)}.`;
+      return { body: completion(content), delayMs: between(300, 1500) };
+    });
     store = new ObservedStore(path.join(dir, 'receiver', 'publications.db'));
     receiver = await startReceiver(store);
   });
@@ -295,8 +246,9 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
       })();
 
       let worker = await startWorker();
-      const requestsFor = (key: string): number => model.calls.filter((c) => c.key === key).length;
-      const safeToKill = (): boolean => model.open().every((c) => requestsFor(c.key) <= MAX_ATTEMPT_TO_KILL);
+      const requestsFor = (key: string): number => model.requests.filter((c) => keyOf(c) === key).length;
+      const safeToKill = (): boolean =>
+        model.open().every((c) => requestsFor(keyOf(c)) <= MAX_ATTEMPT_TO_KILL);
       const waitUntil = async (ready: () => boolean, timeoutMs: number): Promise<boolean> => {
         const deadline = Date.now() + timeoutMs;
         while (Date.now() < deadline) {
@@ -308,7 +260,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
       const inFlight = (): string =>
         model
           .open()
-          .map((c) => `${c.step} attempt ${requestsFor(c.key)}`)
+          .map((c) => `${c.step} attempt ${requestsFor(keyOf(c))}`)
           .join(', ') || 'no model call open';
 
       /** Waits for a moment of the planned kind (or, if none comes, any moment) and SIGKILLs the worker there. */
@@ -351,7 +303,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
         } else if (kind === 'between steps') {
           const armedAt = Date.now();
           const found = await waitUntil(
-            () => model.lastAnsweredAt() > armedAt && model.open().length === 0,
+            () => lastAnsweredAt() > armedAt && model.open().length === 0,
             WAIT_FOR_MOMENT_MS,
           );
           if (found) {
@@ -457,7 +409,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
           const arrivals =
             step.step === 'publish'
               ? ofDocument.map((d) => Date.parse(d.receivedAt))
-              : model.calls.filter((c) => c.key === key).map((c) => c.receivedAt);
+              : model.requests.filter((c) => keyOf(c) === key).map((c) => c.receivedAt);
           check(arrivals.length >= 1, `${key} never reached its target`);
           check(
             arrivals.length <= step.attempts,
@@ -467,7 +419,9 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
           rerunsAfterCompletion += late.length;
           check(late.length === 0, `${key}: ${late.length} call(s) after its completion was recorded`);
           if (step.step !== 'publish') {
-            const answered = model.calls.filter((c) => c.key === key && c.answeredAt !== undefined).length;
+            const answered = model.requests.filter(
+              (c) => keyOf(c) === key && c.answeredAt !== undefined,
+            ).length;
             paidTwice += Math.max(0, answered - 1);
           }
         }
@@ -487,7 +441,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
 
       const byKind = (kind: KillKind): number => kills.filter((k) => k.landed === kind).length;
       const duplicatesAnswered = deliveries.filter((d) => d.outcome === 'duplicate').length;
-      const calls = (step: StepName): number => model.calls.filter((c) => c.step === step).length;
+      const calls = (step: StepName): number => model.requests.filter((c) => c.step === step).length;
       const figures = [
         `seed ${SEED}`,
         `kills ${kills.length} (model call ${byKind('model call')}, after publish ${byKind('after publish')}, ` +
@@ -498,7 +452,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
         `executions per step: summarize ${calls('summarize')} model requests / ${attempts.summarize} recorded attempts, ` +
           `tag ${calls('tag')} / ${attempts.tag}, publish ${deliveries.length} deliveries / ${attempts.publish}` +
           ` (${duplicatesAnswered} retries answered with the first receipt)`,
-        `model answers sent ${model.calls.filter((c) => c.answeredAt !== undefined).length}, memo rows ${memoRows}, ` +
+        `model answers sent ${model.requests.filter((c) => c.answeredAt !== undefined).length}, memo rows ${memoRows}, ` +
           `keys answered twice ${paidTwice} (the worker died between the answer and the memo write)`,
         `reruns after a recorded completion ${rerunsAfterCompletion}, duplicate publications ${duplicatePublications}`,
         `${((finishedAt - startedAt) / 1000).toFixed(0)} s`,

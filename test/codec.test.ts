@@ -14,9 +14,9 @@ import {
   ENCRYPTED_ENCODING,
   generateKey,
   keyringFromSettings,
-} from '../src/codec';
+} from '../src/temporal/codec';
 import { ConfigError } from '../src/config';
-import { recoveryReport, withDecodedResults } from '../src/report';
+import { recoveryReport, withDecodedResults } from '../src/runs/history';
 import { documentPipeline } from '../workflows';
 import {
   completion,

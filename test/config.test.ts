@@ -6,9 +6,9 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { resolveTemporalExecutable } from '../src/binaries';
+import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { ConfigError, loadConfig } from '../src/config';
-import { DEFAULT_TASK_QUEUE } from '../src/shared';
+import { DEFAULT_TASK_QUEUE } from '../src/contract';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
 const defer = cleanupAfterAll();
@@ -42,8 +42,8 @@ describe('loadConfig', () => {
     assert.deepEqual(config.model, { kind: 'offline' });
     assert.deepEqual(config.publisher, { kind: 'sqlite' });
     assert.equal(config.dataDir, path.resolve('/srv/pipeline', 'data'));
-    assert.equal(config.temporalAddress, undefined);
-    assert.equal(config.namespace, 'default');
+    assert.equal(config.temporal.address, undefined);
+    assert.equal(config.temporal.namespace, 'default');
     assert.equal(config.taskQueue, DEFAULT_TASK_QUEUE);
     assert.equal(config.modelRequestTimeoutMs, 90_000);
     assert.equal(config.publishRequestTimeoutMs, 15_000);
@@ -145,19 +145,29 @@ describe('resolveTemporalExecutable', () => {
     const dir = scratch();
     const binary = file(dir, 'my-test-server', 0o755);
 
-    assert.deepEqual(resolveTemporalExecutable('test-server', binary, ''), {
-      type: 'existing-path',
-      path: binary,
-    });
+    assert.deepEqual(
+      resolveTemporalExecutable('test-server', loadConfig({ TEMPORAL_TEST_SERVER_PATH: binary, PATH: '' })),
+      {
+        type: 'existing-path',
+        path: binary,
+      },
+    );
   });
 
   it('refuses an explicit path that is not executable, naming the variable', () => {
     const dir = scratch();
     const notExecutable = file(dir, 'temporal', 0o644);
 
-    assertConfigError(() => resolveTemporalExecutable('cli', notExecutable, ''), /TEMPORAL_CLI_PATH=/);
     assertConfigError(
-      () => resolveTemporalExecutable('test-server', path.join(dir, 'missing'), ''),
+      () => resolveTemporalExecutable('cli', loadConfig({ TEMPORAL_CLI_PATH: notExecutable, PATH: '' })),
+      /TEMPORAL_CLI_PATH=/,
+    );
+    assertConfigError(
+      () =>
+        resolveTemporalExecutable(
+          'test-server',
+          loadConfig({ TEMPORAL_TEST_SERVER_PATH: path.join(dir, 'missing'), PATH: '' }),
+        ),
       /TEMPORAL_TEST_SERVER_PATH=/,
     );
   });
@@ -167,16 +177,21 @@ describe('resolveTemporalExecutable', () => {
     file(first, 'temporal', 0o644);
     const binary = file(second, 'temporal', 0o755);
 
-    assert.deepEqual(resolveTemporalExecutable('cli', undefined, [first, second].join(path.delimiter)), {
-      type: 'existing-path',
-      path: binary,
-    });
+    assert.deepEqual(
+      resolveTemporalExecutable('cli', loadConfig({ PATH: [first, second].join(path.delimiter) })),
+      {
+        type: 'existing-path',
+        path: binary,
+      },
+    );
   });
 
   it("falls back to the SDK's cached download when nothing on PATH matches", () => {
     const empty = scratch();
     file(empty, 'temporal', 0o755); // the CLI, not the test server
 
-    assert.deepEqual(resolveTemporalExecutable('test-server', undefined, empty), { type: 'cached-download' });
+    assert.deepEqual(resolveTemporalExecutable('test-server', loadConfig({ PATH: empty })), {
+      type: 'cached-download',
+    });
   });
 });

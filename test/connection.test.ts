@@ -2,12 +2,15 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { temporalConnection } from '../src/connection';
+import { loadConfig } from '../src/config';
 import { tempDir } from './helpers';
+
+/** The connection settings as every entry point reads them: through loadConfig. */
+const temporalConnection = (env: NodeJS.ProcessEnv) => loadConfig(env).temporal;
 
 describe('connecting to a secured cluster by configuration alone (envconfig)', () => {
   it('uses a local server when nothing names one', () => {
-    assert.deepEqual(temporalConnection({}), { address: undefined, namespace: undefined, secure: {} });
+    assert.deepEqual(temporalConnection({}), { address: undefined, namespace: 'default', secure: {} });
   });
 
   it('turns TEMPORAL_API_KEY into an API key over TLS', () => {

@@ -4,10 +4,10 @@ import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../activities';
-import { describeUsage } from '../src/batch';
+import { describeUsage } from '../src/runs/result-table';
 import { loadConfig } from '../src/config';
 import { DEFAULT_PRICES, estimateCost, formatCost } from '../src/model/pricing';
-import type { SummarizeResult, TagResult } from '../src/shared';
+import type { SummarizeResult, TagResult } from '../src/contract';
 import {
   cleanupAfterAll,
   completion,

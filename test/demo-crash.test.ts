@@ -14,7 +14,7 @@ const SAMPLE_COUNT = 4;
 
 describe('npm run demo:crash', () => {
   it('kills a worker, recovers, publishes each sample once and repeats no finished model call', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/demo-crash.ts')], {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli/demo-crash.ts')], {
       cwd: ROOT,
       env: process.env,
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -12,16 +12,16 @@ import { randomUUID } from 'node:crypto';
 import type { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { BlobStore } from '../src/blobs';
-import { dataPaths } from '../src/dependencies';
+import { BlobStore } from '../src/documents/blobs';
+import { dataPaths } from '../src/config';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
-import { recoveryReport } from '../src/report';
+import { recoveryReport } from '../src/runs/history';
 import { progressQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
-import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
-import type { WorkerProcess } from './fixtures/processes';
+
+import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
   cleanupAfterAll,
   closeServer,
@@ -37,6 +37,8 @@ import {
   startPipeline,
   tempParts,
   temporalExecutable,
+  startCrashableWorker,
+  writeWorkflowBundle,
 } from './helpers';
 
 type History = temporal.api.history.v1.IHistory;
@@ -56,7 +58,7 @@ before(async () => {
 
 /** A worker process on the dev server, SIGKILLed after the file's tests if the test left it running. */
 async function workerProcess(env_: Record<string, string>): Promise<WorkerProcess> {
-  const worker = await startWorkerProcess({
+  const worker = await startCrashableWorker({
     TEMPORAL_ADDRESS: env.address,
     TEMPORAL_NAMESPACE: env.namespace ?? 'default',
     WORKFLOW_BUNDLE_PATH: bundlePath,

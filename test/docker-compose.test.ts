@@ -10,7 +10,7 @@ import ts from 'typescript';
 import { parse } from 'yaml';
 import { z } from 'zod';
 import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
-import { DEFAULT_TASK_QUEUE } from '../src/shared';
+import { DEFAULT_TASK_QUEUE } from '../src/contract';
 
 const ROOT = path.resolve(__dirname, '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -338,8 +338,8 @@ describe('docker-compose.yml', () => {
     const workdir = runtime !== undefined ? (lastArg(runtime, 'WORKDIR') ?? '/') : '/';
 
     const config = loadConfig(containerEnvironment(worker, {}), workdir);
-    assert.equal(config.temporalAddress, 'temporal:7233');
-    assert.equal(config.namespace, 'default');
+    assert.equal(config.temporal.address, 'temporal:7233');
+    assert.equal(config.temporal.namespace, 'default');
     assert.equal(config.taskQueue, DEFAULT_TASK_QUEUE);
     assert.equal(config.dataDir, '/app/data');
     assert.deepEqual(config.model, { kind: 'offline' });
@@ -434,7 +434,7 @@ describe('Dockerfile', () => {
     assert.equal(path.resolve(ROOT, context, dockerfile), file);
   });
 
-  it('runs the file tsc emits for src/worker.ts, as a non-root user', () => {
+  it('runs the file tsc emits for src/cli/worker.ts, as a non-root user', () => {
     const runtime = parseDockerfile(file).at(-1);
     assert.ok(runtime, 'Dockerfile has no stage');
     const cmd = z
@@ -442,7 +442,7 @@ describe('Dockerfile', () => {
       .min(2)
       .parse(JSON.parse(lastArg(runtime, 'CMD') ?? 'null'));
     const workdir = lastArg(runtime, 'WORKDIR') ?? '/';
-    const { js, outDir } = compiledPath('src/worker.ts');
+    const { js, outDir } = compiledPath('src/cli/worker.ts');
 
     assert.equal(cmd[0], 'node');
     assert.equal(path.posix.resolve(workdir, cmd[1] ?? ''), path.posix.join(workdir, js));

@@ -6,8 +6,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { collectDocuments, decodeDocument, documentIdFor, titleOf } from '../src/documents';
-import { DocumentIdSchema } from '../src/shared';
+import { collectDocuments, decodeDocument, documentIdFor, titleOf } from '../src/documents/files';
+import { DocumentIdSchema } from '../src/contract';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
 const LIMIT = 1_000;

@@ -12,27 +12,34 @@ import { after } from 'node:test';
 import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
-import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
+import type { Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
-import { createActivities } from '../activities';
-import { blobTextSource } from '../activities/document-text';
 import type { ActivityDependencies } from '../activities';
-import { resolveTemporalExecutable } from '../src/binaries';
-import { BlobStore } from '../src/blobs';
-import { AnswerMemo } from '../src/model/memo';
+import { completion, startModelServer } from '../src/cli/demo/model-server';
+import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli/demo/model-server';
+import { startWorkerProcess } from '../src/cli/demo/worker-process';
+import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import { loadConfig } from '../src/config';
+import { INPUT_SCHEMA_VERSION } from '../src/contract';
+import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
+import { createDependencies } from '../src/dependencies';
+import type { BlobStore } from '../src/documents/blobs';
+import { closeServer, listenOnLoopback } from '../src/lib/loopback';
+import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
 import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import type { DocumentModel } from '../src/model/types';
 import { PublicationStore } from '../src/publisher/publication-store';
-import { SqlitePublisher } from '../src/publisher/sqlite-publisher';
 import type { Publisher } from '../src/publisher/types';
-import { INPUT_SCHEMA_VERSION } from '../src/shared';
-import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/shared';
+import type { StartedPipeline } from '../src/runs/submit';
 import type { documentPipeline } from '../workflows';
+import { resolveTemporalExecutable } from '../src/temporal/binaries';
+import { createPipelineWorker } from '../src/temporal/worker';
+
+export type { StartedPipeline };
 
 // ---------------------------------------------------------------------------------------------------------------
 // Cleanup after a file's tests
@@ -71,8 +78,7 @@ export function scratchDir(defer: Defer, prefix?: string): string {
 
 /** The Temporal CLI (dev server) or the time-skipping test server: env variable, PATH, else SDK download. */
 export function temporalExecutable(binary: 'cli' | 'test-server'): EphemeralServerExecutable {
-  const explicit = binary === 'cli' ? process.env.TEMPORAL_CLI_PATH : process.env.TEMPORAL_TEST_SERVER_PATH;
-  return resolveTemporalExecutable(binary, explicit === '' ? undefined : explicit);
+  return resolveTemporalExecutable(binary, loadConfig());
 }
 
 let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
@@ -113,20 +119,18 @@ export async function timeSkippingEnv(defer: Defer): Promise<TestWorkflowEnviron
   return env;
 }
 
-/** A handle on one run of the document pipeline. */
-export type PipelineHandle = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
-
-/** A worker on `env` for `taskQueue`: the bundled workflow code and the real activities over `deps`. */
+/** A worker on `env` for `taskQueue`, made as production makes it, with the bundled workflow code over `deps`. */
 export async function pipelineWorker(
   env: TestWorkflowEnvironment,
   taskQueue: string,
   deps: ActivityDependencies,
 ): Promise<Worker> {
-  return Worker.create({
+  return createPipelineWorker({
     connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
     taskQueue,
+    deps,
     workflowBundle: await workflowBundle(),
-    activities: createActivities(deps),
   });
 }
 
@@ -135,7 +139,7 @@ export function startPipeline(
   env: TestWorkflowEnvironment,
   taskQueue: string,
   input: unknown,
-): Promise<PipelineHandle> {
+): Promise<StartedPipeline> {
   return env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
     taskQueue,
     workflowId: `wf-${randomUUID()}`,
@@ -151,7 +155,7 @@ export async function withPipeline<T>(
   env: TestWorkflowEnvironment,
   local: LocalParts,
   input: unknown,
-  use: (handle: PipelineHandle) => Promise<T>,
+  use: (handle: StartedPipeline) => Promise<T>,
   { taskQueuePrefix = 'test-' }: { taskQueuePrefix?: string } = {},
 ): Promise<T> {
   const taskQueue = `${taskQueuePrefix}${randomUUID()}`;
@@ -162,7 +166,7 @@ export async function withPipeline<T>(
 
 /** Waits for a run to finish and returns its result, its (first) run ID and its history. */
 export async function finishedRun(
-  handle: PipelineHandle,
+  handle: StartedPipeline,
 ): Promise<{ result: PipelineResult; runId: string; history: temporal.api.history.v1.IHistory }> {
   return {
     result: await handle.result(),
@@ -217,30 +221,29 @@ export interface LocalPartsOptions {
   maxDocumentBytes?: number;
 }
 
-/** Real activity dependencies in a temp folder: blob store, memo and publication database as in production. */
+/**
+ * The production wiring (createDependencies) over a temp data folder: blob store, memo and publication database
+ * as `npm run worker` has them, with the offline model unless given another.
+ */
 export function localParts({
   dir = tempDir(),
   model = new OfflineModel(),
   publisher,
   maxDocumentBytes = 1_000_000,
 }: LocalPartsOptions = {}): LocalParts {
-  const blobs = new BlobStore(path.join(dir, 'blobs'));
-  const memo = new AnswerMemo(path.join(dir, 'memo.db'));
-  const store = new PublicationStore(path.join(dir, 'publications.db'));
+  const config = loadConfig({ DATA_DIR: dir, MAX_DOCUMENT_BYTES: String(maxDocumentBytes) });
+  const parts = createDependencies(config, { model, ...(publisher !== undefined ? { publisher } : {}) });
+  // With a publisher of its own, the test still gets the SQLite target to look into.
+  const store = parts.publications ?? new PublicationStore(config.paths.publications);
   return {
     dir,
-    blobs,
-    memo,
+    blobs: parts.blobs,
+    memo: parts.memo,
     store,
-    deps: {
-      model,
-      memo,
-      publisher: publisher ?? new SqlitePublisher(store),
-      texts: blobTextSource(blobs, maxDocumentBytes),
-    },
+    deps: parts.deps,
     close() {
-      memo.close();
-      store.close();
+      parts.close();
+      if (parts.publications === undefined) store.close();
     },
   };
 }
@@ -282,103 +285,12 @@ export const SAMPLE_TEXT = [
 ].join('\n');
 
 // ---------------------------------------------------------------------------------------------------------------
-// A scripted OpenAI-compatible model server on loopback, and the model client for it
+// The demo's model server (src/cli/demo/model-server.ts), scripted per test, and the model client for it
 // ---------------------------------------------------------------------------------------------------------------
 
-export interface ChatRequest {
-  idempotencyKey: string | undefined;
-  authorization: string | undefined;
-  body: unknown;
-}
-
-/** How the fake model answers one request: a status, headers and a body; or `hang` to never answer. */
-export type ChatReply =
-  | {
-      status?: number;
-      headers?: Record<string, string>;
-      body: unknown;
-      /** answer after this long */ delayMs?: number;
-    }
-  | 'hang';
-
-export interface ModelServer {
-  baseUrl: string;
-  requests: ChatRequest[];
-  close(): Promise<void>;
-}
-
-/** A chat-completions body with `content`, the way OpenAI-compatible servers answer. */
-export function completion(content: string, usage = { prompt_tokens: 100, completion_tokens: 20 }): unknown {
-  return { choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage };
-}
-
-/** Reads a chat request's JSON body (undefined when it is not JSON) and the headers the tests look at. */
-export function onChatRequest(req: http.IncomingMessage, handle: (request: ChatRequest) => void): void {
-  const chunks: Buffer[] = [];
-  req.on('data', (c: Buffer) => chunks.push(c));
-  req.on('end', () => {
-    let body: unknown;
-    try {
-      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-    } catch {
-      body = undefined;
-    }
-    const header = (name: string): string | undefined => {
-      const value = req.headers[name];
-      return typeof value === 'string' ? value : undefined;
-    };
-    handle({ idempotencyKey: header('idempotency-key'), authorization: header('authorization'), body });
-  });
-}
-
-/**
- * A real OpenAI-compatible HTTP server on loopback (`POST /v1/chat/completions`) whose answers the test scripts:
- * `reply` gets each request (numbered from 1) and returns the answer, so tests inject 429s, 500s, hangs and junk.
- */
-export async function startModelServer(
-  reply: (request: ChatRequest, n: number) => ChatReply,
-): Promise<ModelServer> {
-  const requests: ChatRequest[] = [];
-  const hung = new Set<http.ServerResponse>();
-  const server = http.createServer((req, res) => {
-    onChatRequest(req, (request) => {
-      requests.push(request);
-      const answer = reply(request, requests.length);
-      if (answer === 'hang') {
-        hung.add(res);
-        return;
-      }
-      const send = (): void => {
-        hung.delete(res);
-        if (res.destroyed) return;
-        res.writeHead(answer.status ?? 200, { 'content-type': 'application/json', ...answer.headers });
-        res.end(typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body));
-      };
-      if (answer.delayMs === undefined) {
-        send();
-      } else {
-        hung.add(res);
-        setTimeout(send, answer.delayMs);
-      }
-    });
-  });
-  const origin = await listenOnLoopback(server, 'model server');
-  return {
-    baseUrl: `${origin}/v1`,
-    requests,
-    close: async () => {
-      for (const res of hung) res.destroy();
-      await closeServer(server);
-    },
-  };
-}
-
-/** A scripted model server (see startModelServer), closed after the file's tests. */
-export async function modelServerFor(
-  defer: Defer,
-  reply: (request: ChatRequest, n: number) => ChatReply,
-): Promise<ModelServer> {
-  const server = await startModelServer(reply);
+/** A scripted model server, closed after the file's tests. */
+export async function modelServerFor(defer: Defer, script: ChatScript): Promise<ModelServer> {
+  const server = await startModelServer(script);
   defer(() => server.close());
   return server;
 }
@@ -399,9 +311,9 @@ export function openAIModel(
   });
 }
 
-/** The system prompt of a chat request, to tell summarize calls from tag calls. */
+/** True for a tag step's request (its prompt asks for topic tags). */
 export function isTagRequest(request: ChatRequest): boolean {
-  return JSON.stringify(request.body).includes('topic tags');
+  return request.step === 'tag';
 }
 
 /** The summary normalAnswer gives. */
@@ -415,35 +327,41 @@ export function answering(summary: string, tags: string): (request: ChatRequest)
 }
 
 /** Answers tag requests with valid JSON tags (TAGS) and summarize requests with a one-line summary (SUMMARY). */
-export const normalAnswer: (request: ChatRequest) => ChatReply = answering(SUMMARY, TAGS);
+export const normalAnswer = answering(SUMMARY, TAGS);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Other loopback servers
+// Worker processes, for crash tests
 // ---------------------------------------------------------------------------------------------------------------
 
-/**
- * Starts `server` on a free loopback port and returns its origin, `http://127.0.0.1:<port>`. `what` names the
- * server in the error thrown if it did not bind a TCP port.
- */
-export async function listenOnLoopback(server: http.Server, what = 'server'): Promise<string> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`${what} did not bind a TCP port`);
-  return `http://127.0.0.1:${address.port}`;
+/** Writes the workflow bundle to a file once, so each restarted worker process skips bundling. */
+export async function writeWorkflowBundle(dir: string): Promise<string> {
+  const file = path.join(dir, 'workflow-bundle.js');
+  fs.writeFileSync(file, (await workflowBundle()).code);
+  return file;
 }
 
-/** Closes `server` at once: its open connections too, held requests included. */
-export async function closeServer(server: http.Server): Promise<void> {
-  server.closeAllConnections();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+/**
+ * Starts test/fixtures/worker-process.ts (the real worker wiring plus crash hooks) with `env` on top of this
+ * process's environment, and waits until it polls.
+ */
+export function startCrashableWorker(
+  env: Record<string, string>,
+  readyTimeoutMs = 60_000,
+): Promise<WorkerProcess> {
+  return startWorkerProcess(
+    { ...process.env, ...env },
+    { script: path.join(__dirname, 'fixtures', 'worker-process.ts'), readyTimeoutMs },
+  );
 }
 
 /** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
 export async function freePort(): Promise<number> {
   const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('could not find a free port');
-  return address.port;
+  const origin = await listenOnLoopback(server, 'port probe');
+  await closeServer(server);
+  return Number(new URL(origin).port);
 }
+
+export { closeServer, listenOnLoopback };
+export { completion, startModelServer } from '../src/cli/demo/model-server';
+export type { ChatReply, ChatRequest, ModelServer };

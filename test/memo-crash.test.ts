@@ -12,13 +12,14 @@ import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { BlobStore } from '../src/blobs';
+import { BlobStore } from '../src/documents/blobs';
 import { AnswerMemo } from '../src/model/memo';
-import { describeStep, recoveryReport } from '../src/report';
-import type { PipelineResult } from '../src/shared';
+import { recoveryReport } from '../src/runs/history';
+import { describeStep } from '../src/runs/step-outcome';
+import type { PipelineResult } from '../src/contract';
 import type { documentPipeline } from '../workflows';
-import { startWorkerProcess, writeWorkflowBundle } from './fixtures/processes';
-import type { WorkerProcess } from './fixtures/processes';
+
+import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
   completion,
   isTagRequest,
@@ -27,6 +28,8 @@ import {
   startModelServer,
   temporalExecutable,
   tempDir,
+  startCrashableWorker,
+  writeWorkflowBundle,
 } from './helpers';
 import type { ModelServer } from './helpers';
 
@@ -60,7 +63,7 @@ after(async () => {
 
 /** Runs `npm run report -- <workflow ID>` (the same script, as a real process) against the test server. */
 async function reportCommand(workflowId: string): Promise<string> {
-  const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/report-cli.ts', workflowId], {
+  const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/cli/report.ts', workflowId], {
     cwd: ROOT,
     env: { ...process.env, TEMPORAL_ADDRESS: env.address, TEMPORAL_NAMESPACE: 'default' },
   });
@@ -85,7 +88,7 @@ describe('a crash right after the model answer was memoised', () => {
       WORKFLOW_BUNDLE_PATH: bundlePath,
       WORKER_IDENTITY: identity,
     });
-    const crashing = await startWorkerProcess({
+    const crashing = await startCrashableWorker({
       ...workerEnv('memo-crash-worker-1'),
       CRASH_AFTER_MEMO_WRITE: 'summarize',
     });
@@ -106,7 +109,7 @@ describe('a crash right after the model answer was memoised', () => {
     assert.match(open, /^Outcome: running \(started .*\)$/m);
     assert.match(open, /^summarize: running; in progress: attempt [12] (started|scheduled)$/m);
 
-    workers.push(await startWorkerProcess(workerEnv('memo-crash-worker-2')));
+    workers.push(await startCrashableWorker(workerEnv('memo-crash-worker-2')));
     result = await handle.result();
 
     const summarizeRequests = model.requests.filter((r) => r.idempotencyKey === `${runId}:summarize`);

@@ -15,8 +15,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import type { OpenAICompatibleModel } from '../src/model/openai-compatible';
-import { FailureType } from '../src/shared';
-import type { SummarizeResult, TagResult } from '../src/shared';
+import { FailureType } from '../src/contract';
+import type { SummarizeResult, TagResult } from '../src/contract';
 import {
   cleanupAfterAll,
   closeServer,
@@ -37,7 +37,7 @@ import {
   timeSkippingEnv,
   withPipeline,
 } from './helpers';
-import type { ChatReply, LocalParts, PipelineHandle } from './helpers';
+import type { ChatReply, LocalParts, StartedPipeline } from './helpers';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
@@ -402,7 +402,7 @@ describe('model faults through the activities', () => {
 // ---------------------------------------------------------------------------------------------------------------
 
 /** Starts the pipeline on the sample text on a fresh task queue with a worker on `local` until `use` is done. */
-function withSamplePipeline<T>(local: LocalParts, use: (handle: PipelineHandle) => Promise<T>): Promise<T> {
+function withSamplePipeline<T>(local: LocalParts, use: (handle: StartedPipeline) => Promise<T>): Promise<T> {
   return withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), use, {
     taskQueuePrefix: 'model-faults-',
   });

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { PublicationStore } from '../src/publisher/publication-store';
-import { pidFile } from '../src/temporal-server';
+import { dataPaths } from '../src/config';
 import { cleanupAfterAll, completion, freePort, isTagRequest, modelServerFor, scratchDir } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -22,7 +22,7 @@ interface Run {
 }
 
 function startMain(env: Record<string, string>): Run {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/main.ts')], {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli/start.ts')], {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -71,7 +71,7 @@ describe('npm start after a kill -9', () => {
     };
     // The embedded server records its process ID in the data folder; kill it as a machine crash would.
     const killEmbeddedServer = (): void => {
-      const pid = Number(fs.readFileSync(pidFile(dataDir), 'utf8'));
+      const pid = Number(fs.readFileSync(dataPaths(dataDir).temporalPid, 'utf8'));
       if (Number.isInteger(pid) && pid > 0) process.kill(pid, 'SIGKILL');
     };
 

@@ -2,9 +2,10 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { countTokens, extractiveSummary, keywordTags, markdownToPlainText } from '../src/model/offline-nlp';
+import { markdownToPlainText } from '../src/model/markdown';
+import { countTokens, extractiveSummary, keywordTags } from '../src/model/offline-nlp';
 
-const SAMPLES_DIR = path.join(__dirname, '..', 'samples');
+import { SAMPLES_DIR } from '../src/config';
 const CORPUS_DIR = path.join(__dirname, '..', '..', 'shared', 'corpus', 'rust-book');
 const SAMPLE_NAMES = ['durable-execution', 'sourdough-starter', 'tidal-energy', 'incident-postmortem'];
 

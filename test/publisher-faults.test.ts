@@ -16,8 +16,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
-import { FailureType } from '../src/shared';
-import type { PipelineInput } from '../src/shared';
+import { FailureType } from '../src/contract';
+import type { PipelineInput } from '../src/contract';
 import type { Publisher } from '../src/publisher/types';
 import {
   cleanupAfterAll,
@@ -32,7 +32,7 @@ import {
   timeSkippingEnv,
   withPipeline,
 } from './helpers';
-import type { PipelineHandle } from './helpers';
+import type { StartedPipeline } from './helpers';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
@@ -144,7 +144,7 @@ function recordingWebhook(url: string, timeoutMs: number): { publisher: Publishe
 function withWebhookPipeline<T>(
   url: string,
   timeoutMs: number,
-  use: (handle: PipelineHandle, input: PipelineInput, publishErrors: string[]) => Promise<T>,
+  use: (handle: StartedPipeline, input: PipelineInput, publishErrors: string[]) => Promise<T>,
 ): Promise<T> {
   const { publisher, errors } = recordingWebhook(url, timeoutMs);
   const local = tempParts(defer, { publisher });
@@ -155,7 +155,7 @@ function withWebhookPipeline<T>(
 }
 
 /** Waits for the run to finish: its result, run ID and history, with the input and the publish errors. */
-async function finishedWebhookRun(handle: PipelineHandle, input: PipelineInput, errors: string[]) {
+async function finishedWebhookRun(handle: StartedPipeline, input: PipelineInput, errors: string[]) {
   return { ...(await finishedRun(handle)), input, errors };
 }
 

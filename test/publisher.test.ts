@@ -14,7 +14,7 @@ import { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import type { Publication } from '../src/publisher/types';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
-import { FailureType } from '../src/shared';
+import { FailureType } from '../src/contract';
 import { cleanupAfterAll, closeServer, listenOnLoopback, scratchDir } from './helpers';
 
 const defer = cleanupAfterAll();

@@ -10,8 +10,8 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { FailureType } from '../src/shared';
-import type { PipelineResult } from '../src/shared';
+import { FailureType } from '../src/contract';
+import type { PipelineResult } from '../src/contract';
 import {
   cleanupAfterAll,
   completion,

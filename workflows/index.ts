@@ -2,14 +2,15 @@ import { defineQuery, patched, proxyActivities, setHandler } from '@temporalio/w
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import {
+  initialProgress,
   parseOrFail,
   refuseOtherSchemaVersions,
   PipelineInputSchema,
   PublishResultSchema,
   SummarizeResultSchema,
   TagResultSchema,
-} from '../src/shared';
-import type { PipelineProgress, PipelineResult, StepName, SummarizeResult, TagResult } from '../src/shared';
+} from '../src/contract';
+import type { PipelineProgress, PipelineResult, StepName, SummarizeResult, TagResult } from '../src/contract';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
@@ -55,10 +56,7 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   const input = parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
   const { documentId, textRef, title, options } = input;
 
-  const progress: PipelineProgress = {
-    documentId,
-    steps: { summarize: 'pending', tag: 'pending', publish: 'pending' },
-  };
+  const progress = initialProgress(documentId);
   setHandler(progressQuery, () => progress);
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     progress.steps[name] = 'running';

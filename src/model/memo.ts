@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
-import { ModelInfoSchema, UsageSchema } from '../shared';
-import { openDatabase } from '../sqlite';
+import { ModelInfoSchema, UsageSchema } from '../contract';
+import { openDatabase } from '../lib/sqlite';
 
 const StoredAnswerSchema = z.object({ value: z.unknown(), usage: UsageSchema, model: ModelInfoSchema });
 export type StoredAnswer = z.infer<typeof StoredAnswerSchema>;

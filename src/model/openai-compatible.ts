@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../http';
-import { describeIssues, FailureType } from '../shared';
+import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
+import { describeIssues, FailureType } from '../contract';
 import type { DocumentModel, ModelAnswer, ModelCall } from './types';
 
 /** Characters of document text sent to the model; longer texts are cut, and the prompt says so. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ModelInfo, Usage } from '../shared';
+import type { ModelInfo, Usage } from '../contract';
 
 export const ModelPriceSchema = z
   .object({

@@ -1,4 +1,4 @@
-import type { ModelInfo, Usage } from '../shared';
+import type { ModelInfo, Usage } from '../contract';
 
 export interface ModelCall {
   /** `<runId>:<activityId>`: sent as the Idempotency-Key header so a provider that dedupes can do so. */

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
-import { openDatabase } from '../sqlite';
+import { openDatabase } from '../lib/sqlite';
 import type { Publication, Receipt } from './types';
 
 const RevisionRowSchema = z.object({ document_id: z.string(), revision: z.number() });

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import { describeIssues, PublishInputSchema } from '../shared';
+import { describeIssues, PublishInputSchema } from '../contract';
 import type { PublicationStore } from './publication-store';
 
 export interface Receiver {

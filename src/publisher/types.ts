@@ -1,4 +1,4 @@
-import type { PublishInput, PublishResult } from '../shared';
+import type { PublishInput, PublishResult } from '../contract';
 
 /** What a publish target receives: the small results of the pipeline, never the whole document. */
 export type Publication = PublishInput;

@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../http';
-import { FailureType } from '../shared';
+import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
+import { FailureType } from '../contract';
 import type { Publication, Publisher, Receipt } from './types';
 
 /** What a receiver may answer; revision, duplicate and superseded are optional so any 2xx endpoint works. */

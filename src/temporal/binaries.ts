@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
-import { ConfigError } from './config';
+import { ConfigError } from '../config';
+import type { Config } from '../config';
 
 export type TemporalBinary = 'cli' | 'test-server';
 
@@ -17,10 +18,11 @@ const NAMES: Record<TemporalBinary, { variable: string; command: string }> = {
  */
 export function resolveTemporalExecutable(
   binary: TemporalBinary,
-  explicitPath: string | undefined,
-  searchPath: string = process.env.PATH ?? '',
+  config: Pick<Config, 'cliPath' | 'testServerPath' | 'searchPath'>,
 ): EphemeralServerExecutable {
   const { variable, command } = NAMES[binary];
+  const explicitPath = binary === 'cli' ? config.cliPath : config.testServerPath;
+  const searchPath = config.searchPath;
   if (explicitPath !== undefined) {
     if (!isExecutableFile(explicitPath)) {
       throw new ConfigError(

@@ -1,8 +1,7 @@
-import { loadConfig } from './config';
-import { dataPaths } from './dependencies';
-import { PublicationStore } from './publisher/publication-store';
-import { startReceiver } from './publisher/receiver';
-import { runMain } from './run-main';
+import { loadConfig } from '../config';
+import { PublicationStore } from '../publisher/publication-store';
+import { startReceiver } from '../publisher/receiver';
+import { runMain } from '../lib/run-main';
 
 /**
  * `npm run publish-target [port]`: a real HTTP publish target backed by SQLite (DATA_DIR/publications.db).
@@ -13,7 +12,7 @@ async function run(): Promise<void> {
   const port = Number(process.argv[2] ?? 8787);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     throw new Error(`Invalid port "${process.argv[2]}"`);
-  const store = new PublicationStore(dataPaths(config.dataDir).publications);
+  const store = new PublicationStore(config.paths.publications);
   const receiver = await startReceiver(store, { port });
   console.log(`Publish target listening: PUBLISH_WEBHOOK_URL=${receiver.url}`);
   const stop = (): void => {

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { FailureType } from './shared';
+import { FailureType } from '../contract';
 
 /**
  * Content-addressed store for document texts. Workflow inputs carry the `sha256:<hex>` reference, never the

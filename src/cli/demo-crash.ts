@@ -1,29 +1,29 @@
-import { spawn } from 'node:child_process';
-import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { z } from 'zod';
-import { SAMPLES_DIR } from './batch';
-import { describeExecutable, resolveTemporalExecutable } from './binaries';
-import { BlobStore } from './blobs';
-import { followProgress, submitDocument } from './client';
-import type { Submission } from './client';
-import { loadConfig } from './config';
-import { dataPaths } from './dependencies';
-import { collectDocuments } from './documents';
-import { AnswerMemo } from './model/memo';
-import { PublicationStore } from './publisher/publication-store';
-import { startReceiver } from './publisher/receiver';
-import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from './report';
-import type { StepReport } from './report';
-import { quietSdkLogs, runMain } from './run-main';
+import { loadConfig, dataPaths, SAMPLES_DIR } from '../config';
+import { BlobStore } from '../documents/blobs';
+import { collectDocuments } from '../documents/files';
+import { runMain } from '../lib/run-main';
+import { AnswerMemo } from '../model/memo';
+import { PublicationStore } from '../publisher/publication-store';
+import { startReceiver } from '../publisher/receiver';
+import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
+import type { StepReport } from '../runs/history';
+import { classifyStep, summarizeReports } from '../runs/step-outcome';
+import { followProgress, submitDocument } from '../runs/submit';
+import type { Submission } from '../runs/submit';
+import { describeExecutable, resolveTemporalExecutable } from '../temporal/binaries';
+import { quietSdkLogs } from '../temporal/runtime';
+import { startLink } from './demo/link';
+import { demoModel, startModelServer } from './demo/model-server';
+import type { ChatRequest, ModelServer } from './demo/model-server';
+import { startWorkerProcess } from './demo/worker-process';
+import type { WorkerProcess } from './demo/worker-process';
 
-const ROOT = path.resolve(__dirname, '..');
 /** The demo's model server answers each call this long after it arrived, so the kill lands in the middle of some. */
 const MODEL_LATENCY_MS = 1_500;
 /** The model name the workers send; the demo's model server answers to any. */
@@ -35,227 +35,12 @@ const PUBLISH_REPLY_DELAY_MS = 1_500;
 /** Documents are submitted this far apart, so at the kill some are done, some mid-call, some not started. */
 const SUBMIT_EVERY_MS = 900;
 
-interface DemoWorker {
-  child: ChildProcess;
-  identity: string;
-  exited: Promise<void>;
-}
-
-/** Runs `src/worker.ts` (the real `npm run worker`) as a child process and waits until it polls. */
-function startWorker(env: NodeJS.ProcessEnv): Promise<DemoWorker> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'worker.ts')], {
-    cwd: ROOT,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`the worker did not start within 2 minutes:\n${output}`));
-    }, 120_000);
-    const collect = (chunk: Buffer): void => {
-      output += chunk.toString('utf8');
-      const ready = /^Worker (\S+) polling/m.exec(output);
-      if (ready?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve({ child, identity: ready[1], exited });
-      }
-    };
-    child.stdout?.on('data', collect);
-    child.stderr?.on('data', collect);
-    void exited.then(() => {
-      clearTimeout(timer);
-      reject(new Error(`the worker exited before it was ready:\n${output}`));
-    });
-  });
-}
-
 /** `<pid>@<host>` identities are shown as `pid <pid>`, with the worker's number in this demo. */
-function processName(identity: string | undefined, workers: readonly DemoWorker[]): string {
+function processName(identity: string | undefined, workers: readonly WorkerProcess[]): string {
   if (identity === undefined) return '-';
   const index = workers.findIndex((w) => w.identity === identity);
   const pid = identity.split('@')[0] ?? identity;
   return index === -1 ? identity : `pid ${pid} (worker ${index + 1})`;
-}
-
-/**
- * The publish target as a worker sees it from far away: the real receiver (src/publisher/receiver.ts) commits the
- * publication at once, but its answer travels back slowly. A worker that dies in between has published without
- * knowing it; its retry, under the same key, must get the first receipt rather than publish again.
- */
-async function startSlowLink(
-  targetUrl: string,
-  delayMs: number,
-): Promise<{ url: string; close(): Promise<void> }> {
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const key = req.headers['idempotency-key'];
-      const forward = async (): Promise<void> => {
-        const answer = await fetch(targetUrl, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            ...(typeof key === 'string' ? { 'idempotency-key': key } : {}),
-          },
-          body: Buffer.concat(chunks),
-        });
-        const body = await answer.text();
-        await sleep(delayMs);
-        if (res.destroyed) return;
-        res.writeHead(answer.status, { 'content-type': 'application/json' });
-        res.end(body);
-      };
-      forward().catch((err: unknown) => {
-        if (res.destroyed) return;
-        res.writeHead(502, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: String(err) }));
-      });
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('the slow link did not bind a port');
-  return {
-    url: `http://127.0.0.1:${address.port}/publications`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
-/** One request that reached the demo's model server. */
-interface ModelRequest {
-  /** The request's `idempotency-key` header: `<run ID>:<step>`. */
-  key: string;
-  step: 'summarize' | 'tag';
-  receivedAt: number;
-  /** When the answer was sent; undefined for a call cut off before it. */
-  answeredAt: number | undefined;
-  /** The caller went away (its worker was killed) before the answer was sent. */
-  cutOff: boolean;
-}
-
-interface DemoModelServer {
-  /** For OPENAI_BASE_URL. */
-  baseUrl: string;
-  /** Every request received, in order of arrival. */
-  requests: ModelRequest[];
-  /** The requests held open right now, waiting for their answer. */
-  open(): ModelRequest[];
-  close(): Promise<void>;
-}
-
-const ChatBodySchema = z.object({
-  messages: z.array(z.object({ role: z.string(), content: z.string() })),
-});
-
-/**
- * A stand-in for a paid model: an OpenAI-compatible server on loopback in the demo's own process (the one that is
- * not killed), answering `POST /v1/chat/completions` after `delayMs`. It logs every request with its idempotency
- * key, so the demo counts the model calls really made rather than the answers kept. Summaries are the text's
- * first sentence; tags are its most frequent long words.
- */
-async function startModelServer(delayMs: number): Promise<DemoModelServer> {
-  const requests: ModelRequest[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      let body: z.infer<typeof ChatBodySchema> | undefined;
-      try {
-        body = ChatBodySchema.parse(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      } catch {
-        body = undefined;
-      }
-      if (req.method !== 'POST' || req.url !== '/v1/chat/completions' || body === undefined) {
-        res.writeHead(req.method === 'POST' && req.url === '/v1/chat/completions' ? 400 : 404, {
-          'content-type': 'application/json',
-        });
-        res.end(JSON.stringify({ error: { message: 'expected a chat completion request' } }));
-        return;
-      }
-      const system = body.messages.find((m) => m.role === 'system')?.content ?? '';
-      const user = body.messages.find((m) => m.role === 'user')?.content ?? '';
-      const header = req.headers['idempotency-key'];
-      const request: ModelRequest = {
-        key: typeof header === 'string' ? header : '(no idempotency key)',
-        step: system.includes('topic tags') ? 'tag' : 'summarize',
-        receivedAt: Date.now(),
-        answeredAt: undefined,
-        cutOff: false,
-      };
-      requests.push(request);
-      const timer = setTimeout(() => {
-        if (res.destroyed) return;
-        request.answeredAt = Date.now();
-        const content =
-          request.step === 'tag' ? JSON.stringify({ tags: frequentWords(user, 3) }) : firstSentence(user);
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
-            choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
-            usage: {
-              prompt_tokens: Math.ceil(user.length / 4),
-              completion_tokens: Math.ceil(content.length / 4),
-            },
-          }),
-        );
-      }, delayMs);
-      res.on('close', () => {
-        clearTimeout(timer);
-        if (request.answeredAt === undefined) request.cutOff = true;
-      });
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string')
-    throw new Error('the model server did not bind a port');
-  return {
-    baseUrl: `http://127.0.0.1:${address.port}/v1`,
-    requests,
-    open: () => requests.filter((r) => r.answeredAt === undefined && !r.cutOff),
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
-/** The Markdown's prose without headings, code fences and emphasis marks, on one line. */
-function prose(markdown: string): string {
-  return markdown
-    .replace(/```[\s\S]*?```/g, ' ')
-    .split('\n')
-    .filter((line) => !/^\s*(#|[-*_]{3,}\s*$|\|)/.test(line))
-    .join(' ')
-    .replace(/[*_`>]/g, '')
-    .replace(/\s+/g, ' ')
-    .trim();
-}
-
-/** The demo model's summary: the first sentence of the text, at most 200 characters. */
-function firstSentence(markdown: string): string {
-  const text = prose(markdown);
-  const sentence = /^.+?[.!?](?=\s|$)/.exec(text)?.[0] ?? text;
-  const short = sentence.length > 200 ? `${sentence.slice(0, 199)}…` : sentence;
-  return short === '' ? 'An empty document.' : short;
-}
-
-/** The demo model's tags: the text's most frequent words of six letters or more. */
-function frequentWords(markdown: string, count: number): string[] {
-  const counts = new Map<string, number>();
-  for (const word of prose(markdown)
-    .toLowerCase()
-    .match(/\p{L}{6,}/gu) ?? [])
-    counts.set(word, (counts.get(word) ?? 0) + 1);
-  const words = [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([word]) => word);
-  return words.length > 0 ? words.slice(0, count) : ['document'];
 }
 
 /**
@@ -271,11 +56,11 @@ async function run(): Promise<void> {
   const at = (ms = Date.now()): string => `+${((ms - began) / 1000).toFixed(1)} s`;
   quietSdkLogs();
   const config = loadConfig();
-  const executable = resolveTemporalExecutable('cli', config.cliPath);
+  const executable = resolveTemporalExecutable('cli', config);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pipeline-crash-demo-'));
   const store = new PublicationStore(path.join(dataDir, 'publish-target', 'publications.db'));
   const cleanups: (() => Promise<void>)[] = [];
-  const workers: DemoWorker[] = [];
+  const workers: WorkerProcess[] = [];
   try {
     console.log(`Starting a throwaway Temporal dev server (${describeExecutable(executable)})...`);
     const env = await TestWorkflowEnvironment.createLocal({
@@ -284,9 +69,9 @@ async function run(): Promise<void> {
     cleanups.push(() => env.teardown());
     const receiver = await startReceiver(store);
     cleanups.push(() => receiver.close());
-    const link = await startSlowLink(receiver.url, PUBLISH_REPLY_DELAY_MS);
+    const link = await startLink(receiver.url, { replyDelayMs: PUBLISH_REPLY_DELAY_MS });
     cleanups.push(() => link.close());
-    const model = await startModelServer(MODEL_LATENCY_MS);
+    const model = await startModelServer(demoModel(MODEL_LATENCY_MS));
     cleanups.push(() => model.close());
     const taskQueue = 'crash-demo';
     const workerEnv: NodeJS.ProcessEnv = {
@@ -315,7 +100,7 @@ async function run(): Promise<void> {
     console.log(
       `${at()} Server on ${env.address}; starting worker 1 (node src/worker.ts, which bundles the workflow)...`,
     );
-    const first = await startWorker(workerEnv);
+    const first = await startWorkerProcess(workerEnv);
     workers.push(first);
     console.log(
       `${at()} Worker 1 is ${processName(first.identity, workers)}. The model server (${model.baseUrl}, model ` +
@@ -345,7 +130,7 @@ async function run(): Promise<void> {
       `${at()} Starting worker 2. Temporal notices the dead worker's steps by their heartbeat timeout (10 s) and ` +
         'retries them under the same idempotency keys; finished steps are replayed from the history, not rerun.',
     );
-    const second = await startWorker(workerEnv);
+    const second = await startWorkerProcess(workerEnv);
     workers.push(second);
     console.log(`${at()} Worker 2 is ${processName(second.identity, workers)}`);
     await submitting;
@@ -356,18 +141,16 @@ async function run(): Promise<void> {
 
     console.log('');
     console.log('Timeline (when each step was recorded as done, counted from the start of the demo):');
-    const totals = { skipped: 0, rerun: 0, memo: 0 };
+    const reports = [];
     const modelSteps: { title: string; step: StepReport }[] = [];
     for (const s of submissions) {
       const history = await s.handle.fetchHistory();
       const details = runDetails(history);
       const report = markSkippedOnResume(recoveryReport(history), details);
+      reports.push(report);
       console.log(`  ${s.document.title} (${s.workflowId})`);
       for (const step of report.steps) {
         const how = explain(step, details.publication?.duplicate ?? false, first, workers);
-        if (step.skippedOnResume) totals.skipped += 1;
-        if (step.attempts > 1 && !step.memoised) totals.rerun += 1;
-        if (step.memoised) totals.memo += 1;
         if (step.step !== 'publish') modelSteps.push({ title: s.document.title, step });
         const when = step.completedAt === undefined ? '-' : at(step.completedAt);
         console.log(
@@ -383,10 +166,7 @@ async function run(): Promise<void> {
       const duplicates = deliveries.filter((d) => d.outcome === 'duplicate').length;
       const once = revisions.length === submissions.length && revisions.every((r) => r.revision === 1);
       console.log('');
-      console.log(
-        `Recovery: ${totals.skipped} step(s) skipped on resume, ${totals.rerun} rerun after the crash, ` +
-          `${totals.memo} model answer(s) reused from the memo.`,
-      );
+      console.log(summarizeReports(reports));
       const calls = countModelCalls(model.requests, modelSteps, at);
       console.log(
         `Model calls, counted at the model server by their idempotency-key header: ${model.requests.length} ` +
@@ -419,12 +199,7 @@ async function run(): Promise<void> {
     }
     console.log(`Done in ${at().slice(1)}.`);
   } finally {
-    for (const worker of workers) {
-      if (worker.child.exitCode === null && worker.child.signalCode === null) {
-        worker.child.kill('SIGKILL');
-        await worker.exited;
-      }
-    }
+    for (const worker of workers) await worker.kill();
     for (const cleanup of cleanups.reverse()) await cleanup();
     store.close();
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -437,7 +212,7 @@ async function run(): Promise<void> {
  * again), and calls that do not fit the history at all.
  */
 function countModelCalls(
-  requests: readonly ModelRequest[],
+  requests: readonly ChatRequest[],
   modelSteps: readonly { title: string; step: StepReport }[],
   at: (ms?: number) => string,
 ): { keys: number; repeated: string[]; late: string[]; problems: string[] } {
@@ -453,7 +228,7 @@ function countModelCalls(
       continue;
     }
     stepKeys.add(key);
-    const own = requests.filter((r) => r.key === key);
+    const own = requests.filter((r) => r.idempotencyKey === key);
     const after = own.filter((r) => r.receivedAt > (step.completedAt ?? 0) + CLOCK_TOLERANCE_MS);
     if (after.length > 0)
       late.push(`${what} (${key}): ${after.length} call(s) after ${at(step.completedAt)}`);
@@ -472,12 +247,12 @@ function countModelCalls(
       : 'an earlier call was answered but its worker died before it wrote the memo, so the answer was bought again';
     repeated.push(`${what} (${key}): ${own.length} calls (${fates.join(', ')}): ${why}`);
   }
-  const stray = requests.filter((r) => !stepKeys.has(r.key));
+  const stray = requests.filter((r) => !stepKeys.has(r.idempotencyKey ?? ''));
   if (stray.length > 0)
     problems.push(
-      `${stray.length} call(s) under keys no step has: ${[...new Set(stray.map((r) => r.key))].join(', ')}`,
+      `${stray.length} call(s) under keys no step has: ${[...new Set(stray.map((r) => r.idempotencyKey))].join(', ')}`,
     );
-  return { keys: new Set(requests.map((r) => r.key)).size, repeated, late, problems };
+  return { keys: new Set(requests.map((r) => r.idempotencyKey)).size, repeated, late, problems };
 }
 
 /**
@@ -489,8 +264,8 @@ async function killWhenHalfway(
   client: Client,
   submissions: readonly Submission[],
   store: PublicationStore,
-  model: DemoModelServer,
-  worker: DemoWorker,
+  model: ModelServer,
+  worker: WorkerProcess,
 ): Promise<{ done: number; running: string[] }> {
   const began = Date.now();
   while (Date.now() - began < 60_000) {
@@ -516,8 +291,7 @@ async function killWhenHalfway(
     const modelCallRunning = model.open().length > 0;
     const fallback = Date.now() - began > 20_000 && done >= 3;
     if (modelCallRunning && (unacknowledged || fallback)) {
-      worker.child.kill('SIGKILL');
-      await worker.exited;
+      await worker.kill();
       return { done, running };
     }
     await sleep(50);
@@ -529,14 +303,15 @@ async function killWhenHalfway(
 function explain(
   step: StepReport,
   duplicatePublish: boolean,
-  killed: DemoWorker,
-  workers: readonly DemoWorker[],
+  killed: WorkerProcess,
+  workers: readonly WorkerProcess[],
 ): string {
-  if (step.status !== 'completed') return step.status;
-  if (step.skippedOnResume) return 'done before the crash; skipped on resume (replayed from the history)';
-  if (step.memoised)
+  const outcome = classifyStep(step);
+  if (outcome === 'skipped on resume')
+    return 'done before the crash; skipped on resume (replayed from the history)';
+  if (outcome === 'memoised')
     return `attempt ${step.attempts}: reused the answer memoised before the crash, no second model call`;
-  if (step.attempts > 1) {
+  if (outcome === 'rerun') {
     const lost = `${(step.timeLostMs / 1000).toFixed(1)} s lost`;
     const why = `${step.lastFailure ?? 'no failure recorded'} after ${processName(killed.identity, workers)} died`;
     const receipt =
@@ -545,6 +320,7 @@ function explain(
         : '';
     return `rerun as attempt ${step.attempts} (${why}; ${lost})${receipt}`;
   }
+  if (outcome !== 'once') return outcome;
   if (step.worker === killed.identity) return 'ran once, before the crash';
   return 'ran once, after the crash';
 }

@@ -1,19 +1,13 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { describeExecutable, resolveTemporalExecutable } from './binaries';
-import type { Config } from './config';
-import { temporalConnection } from './connection';
-import type { TemporalConnection } from './connection';
+import type { Config, DataPaths } from '../config';
+import type { TemporalEndpoint } from './connection';
 
-export interface TemporalTarget {
-  address: string;
-  namespace: string;
-  /** TLS / API key settings for a configured cluster; empty for local servers. */
-  secure: TemporalConnection['secure'];
+export interface TemporalTarget extends TemporalEndpoint {
   /** The Web UI, when known (the embedded server's, or the default dev server's). */
   uiUrl: string | undefined;
   /** How the server was found, for the first line of output. */
@@ -30,11 +24,11 @@ export interface TemporalTarget {
  */
 export async function connectOrStartTemporal(config: Config): Promise<TemporalTarget> {
   const noop = async (): Promise<void> => {};
-  const configured = temporalConnection();
+  const configured = config.temporal;
   if (configured.address !== undefined) {
     return {
       address: configured.address,
-      namespace: configured.namespace ?? config.namespace,
+      namespace: configured.namespace,
       secure: configured.secure,
       uiUrl: undefined,
       origin: 'configured',
@@ -45,35 +39,35 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   const defaultUi = `http://localhost:${config.uiPort}`;
   if (await answers('127.0.0.1', config.embeddedPort)) {
     // Left running by an earlier `npm start` that was killed? Then it is ours to stop at the end of this run.
-    const orphan = embeddedServerPid(config.dataDir);
+    const orphan = embeddedServerPid(config.paths.temporalPid);
     return {
       address,
-      namespace: config.namespace,
+      namespace: config.temporal.namespace,
       secure: {},
       uiUrl: defaultUi,
       origin: orphan === undefined ? 'already running' : 'embedded',
-      close: orphan === undefined ? noop : () => stopProcess(orphan, pidFile(config.dataDir)),
+      close: orphan === undefined ? noop : () => stopProcess(orphan, config.paths.temporalPid),
     };
   }
-  const executable = resolveTemporalExecutable('cli', config.cliPath);
+  const executable = resolveTemporalExecutable('cli', config);
   fs.mkdirSync(config.dataDir, { recursive: true });
   console.log(`Starting the embedded Temporal dev server (${describeExecutable(executable)})...`);
   const server = {
     ip: '127.0.0.1',
     port: config.embeddedPort,
     uiPort: config.uiPort,
-    namespace: config.namespace,
-    dbFilename: path.join(config.dataDir, 'temporal.db'),
+    namespace: config.temporal.namespace,
+    dbFilename: config.paths.temporal,
   };
   const embedded = {
     address,
-    namespace: config.namespace,
+    namespace: config.temporal.namespace,
     secure: {},
     uiUrl: defaultUi,
     origin: 'embedded' as const,
   };
   if (executable.type === 'existing-path') {
-    return { ...embedded, close: await startDevServer(executable.path, server, config.dataDir) };
+    return { ...embedded, close: await startDevServer(executable.path, server, config.paths) };
   }
   // No binary here: the SDK downloads the CLI and runs it (its output goes through this process).
   const env = await TestWorkflowEnvironment.createLocal({ server: { executable, ...server } });
@@ -89,9 +83,9 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
 async function startDevServer(
   cli: string,
   server: { ip: string; port: number; uiPort: number; namespace: string; dbFilename: string },
-  dataDir: string,
+  files: Pick<DataPaths, 'temporalLog' | 'temporalPid'>,
 ): Promise<() => Promise<void>> {
-  const logFile = path.join(dataDir, 'temporal-server.log');
+  const logFile = files.temporalLog;
   const log = fs.openSync(logFile, 'a');
   const child = spawn(
     cli,
@@ -114,7 +108,7 @@ async function startDevServer(
     { stdio: ['ignore', log, log] },
   );
   fs.closeSync(log);
-  if (child.pid !== undefined) fs.writeFileSync(pidFile(dataDir), String(child.pid));
+  if (child.pid !== undefined) fs.writeFileSync(files.temporalPid, String(child.pid));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let gone = false;
   void exited.then(() => (gone = true));
@@ -128,23 +122,21 @@ async function startDevServer(
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   return async () => {
-    fs.rmSync(pidFile(dataDir), { force: true });
+    fs.rmSync(files.temporalPid, { force: true });
     if (gone) return;
     child.kill('SIGTERM');
     await exited;
   };
 }
 
-/** Where the embedded server's process ID is kept while it runs, so a later run can stop one left behind. */
-export function pidFile(dataDir: string): string {
-  return path.join(dataDir, 'temporal-server.pid');
-}
-
-/** The process ID of an embedded server started from this data folder that is still alive, if any. */
-function embeddedServerPid(dataDir: string): number | undefined {
+/**
+ * The process ID of an embedded server started from this data folder that is still alive, if any. Its pid file
+ * (DATA_DIR/temporal-server.pid) is written while it runs, so a later run can stop one left behind.
+ */
+function embeddedServerPid(file: string): number | undefined {
   let pid: number;
   try {
-    pid = Number(fs.readFileSync(pidFile(dataDir), 'utf8').trim());
+    pid = Number(fs.readFileSync(file, 'utf8').trim());
     process.kill(pid, 0);
   } catch {
     return undefined;

@@ -1,17 +1,16 @@
-import { Client, Connection } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/common';
-import { dataConverterFor } from './codec';
-import { loadConfig } from './config';
-import { temporalConnection } from './connection';
+import { loadConfig } from '../config';
+import { configuredEndpoint, connectClient } from '../temporal/connection';
+import type { ConnectedClient } from '../temporal/connection';
+import { formatReport } from '../runs/report-format';
 import {
-  formatReport,
   markSkippedOnResume,
   pendingSteps,
   recoveryReport,
   runDetails,
   withDecodedResults,
-} from './report';
-import { runMain } from './run-main';
+} from '../runs/history';
+import { runMain } from '../lib/run-main';
 
 const USAGE =
   'Usage: npm run report -- <workflow ID> [run ID]\n' +
@@ -31,13 +30,10 @@ async function run(): Promise<void> {
     return;
   }
   const config = loadConfig();
-  const target = temporalConnection();
-  const address = target.address ?? 'localhost:7233';
-  const namespace = target.namespace ?? config.namespace;
-  const dataConverter = dataConverterFor(config);
-  let connection: Connection;
+  const { address, namespace } = configuredEndpoint(config);
+  let connected: ConnectedClient;
   try {
-    connection = await Connection.connect({ address, connectTimeout: '5 seconds', ...target.secure });
+    connected = await connectClient(config, { connectTimeout: '5 seconds' });
   } catch (err) {
     console.error(
       `Cannot reach a Temporal server at ${address} (${err instanceof Error ? err.message : String(err)}). ` +
@@ -46,8 +42,8 @@ async function run(): Promise<void> {
     process.exitCode = 1;
     return;
   }
+  const { client, close } = connected;
   try {
-    const client = new Client({ connection, namespace, dataConverter });
     const handle = client.workflow.getHandle(workflowId, runId);
     let description;
     try {
@@ -62,13 +58,13 @@ async function run(): Promise<void> {
       process.exitCode = 1;
       return;
     }
-    const history = await withDecodedResults(await handle.fetchHistory(), dataConverter);
+    const history = await withDecodedResults(await handle.fetchHistory(), client.options.loadedDataConverter);
     const details = runDetails(history);
     const report = markSkippedOnResume(recoveryReport(history, 0, description.runId), details);
     const pending = pendingSteps(description.raw.pendingActivities);
     for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
   } finally {
-    await connection.close();
+    await close();
   }
 }
 

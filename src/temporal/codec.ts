@@ -2,8 +2,8 @@ import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { DataConverter, Payload, PayloadCodec } from '@temporalio/common';
 import { METADATA_ENCODING_KEY } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
-import { ConfigError } from './config';
-import type { Config } from './config';
+import { ConfigError } from '../config';
+import type { Config } from '../config';
 
 export const ENCRYPTED_ENCODING = 'binary/encrypted';
 export const KEY_ID_METADATA = 'encryption-key-id';

@@ -1,15 +1,13 @@
 /**
- * Schemas, names and types shared by workflows, activities and clients.
- * Workflow-safe: no Node builtins, no I/O; it is bundled into the workflow sandbox.
+ * The contract of the workflow and its steps: each step's input and result schemas (one section per step), the
+ * list of steps, the workflow's input and result, and the validation that turns bad input into a clear,
+ * non-retryable failure. Workflows, activities and clients all read it. Workflow-safe: no Node builtins, no I/O;
+ * it is bundled into the workflow sandbox.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
-
-/** The three steps, in order. Each is also the explicit activity ID, so idempotency keys read `<runId>:<step>`. */
-export const STEPS = ['summarize', 'tag', 'publish'] as const;
-export type StepName = (typeof STEPS)[number];
 
 /** Bumped whenever PipelineInput changes shape; older inputs are refused with a message, never guessed at. */
 export const INPUT_SCHEMA_VERSION = 1;
@@ -26,6 +24,10 @@ export const FailureType = {
   TransientPublishError: 'TransientPublishError',
 } as const;
 
+// ---------------------------------------------------------------------------------------------------------------
+// Building blocks every step uses
+// ---------------------------------------------------------------------------------------------------------------
+
 export const DocumentIdSchema = z
   .string()
   .regex(
@@ -36,29 +38,6 @@ export const DocumentIdSchema = z
 export const TextRefSchema = z
   .string()
   .regex(/^sha256:[0-9a-f]{64}$/, 'must be a blob reference of the form "sha256:<64 hex digits>"');
-
-export const PipelineOptionsSchema = z
-  .object({
-    /** Sentences in the summary. */
-    maxSummarySentences: z.number().int().min(1).max(20).default(3),
-    /** Tags to keep. */
-    maxTags: z.number().int().min(1).max(20).default(5),
-    /** Start-to-close timeout of each model call; large documents on slow local models need more. */
-    modelTimeoutSeconds: z.number().int().min(1).max(3600).default(120),
-  })
-  .strict();
-export type PipelineOptions = z.infer<typeof PipelineOptionsSchema>;
-
-export const PipelineInputSchema = z
-  .object({
-    schemaVersion: z.literal(INPUT_SCHEMA_VERSION),
-    documentId: DocumentIdSchema,
-    textRef: TextRefSchema,
-    title: z.string().min(1).max(300),
-    options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
-  })
-  .strict();
-export type PipelineInput = z.input<typeof PipelineInputSchema>;
 
 export const UsageSchema = z.object({
   inputTokens: z.number().int().min(0),
@@ -72,6 +51,7 @@ export const ModelInfoSchema = z.object({
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 
+/** What every model step's result carries besides its answer: the key, the model, the tokens and the cost. */
 const ModelStepFields = {
   idempotencyKey: z.string(),
   model: ModelInfoSchema,
@@ -85,6 +65,13 @@ const ModelStepFields = {
   estimatedCostUsd: z.number().min(0).nullable().optional(),
 };
 
+export const ModelStepFieldsSchema = z.object(ModelStepFields);
+export type ModelStepFields = z.infer<typeof ModelStepFieldsSchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Step: summarize (a model call)
+// ---------------------------------------------------------------------------------------------------------------
+
 export const SummarizeInputSchema = z
   .object({
     documentId: DocumentIdSchema,
@@ -96,12 +83,20 @@ export type SummarizeInput = z.infer<typeof SummarizeInputSchema>;
 export const SummarizeResultSchema = z.object({ summary: z.string(), ...ModelStepFields });
 export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;
 
+// ---------------------------------------------------------------------------------------------------------------
+// Step: tag (a model call)
+// ---------------------------------------------------------------------------------------------------------------
+
 export const TagInputSchema = z
   .object({ documentId: DocumentIdSchema, textRef: TextRefSchema, maxTags: z.number().int().min(1).max(20) })
   .strict();
 export type TagInput = z.infer<typeof TagInputSchema>;
 export const TagResultSchema = z.object({ tags: z.array(z.string()), ...ModelStepFields });
 export type TagResult = z.infer<typeof TagResultSchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Step: publish (the one external effect)
+// ---------------------------------------------------------------------------------------------------------------
 
 export const PublishInputSchema = z
   .object({
@@ -137,6 +132,47 @@ export const PublishResultSchema = z.object({
 });
 export type PublishResult = z.infer<typeof PublishResultSchema>;
 
+// ---------------------------------------------------------------------------------------------------------------
+// The steps, in order
+// ---------------------------------------------------------------------------------------------------------------
+
+/**
+ * The steps, in order. Each name is also the step's explicit activity ID, so idempotency keys read
+ * `<runId>:<step>`; reports, progress and the result table read their step list from here.
+ */
+export const STEPS = ['summarize', 'tag', 'publish'] as const;
+export type StepName = (typeof STEPS)[number];
+/** The steps that call the model (their results carry usage and cost); publish is the effect. */
+export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
+export type ModelStepName = (typeof MODEL_STEPS)[number];
+
+// ---------------------------------------------------------------------------------------------------------------
+// The workflow: its input, result and progress
+// ---------------------------------------------------------------------------------------------------------------
+
+export const PipelineOptionsSchema = z
+  .object({
+    /** Sentences in the summary. */
+    maxSummarySentences: z.number().int().min(1).max(20).default(3),
+    /** Tags to keep. */
+    maxTags: z.number().int().min(1).max(20).default(5),
+    /** Start-to-close timeout of each model call; large documents on slow local models need more. */
+    modelTimeoutSeconds: z.number().int().min(1).max(3600).default(120),
+  })
+  .strict();
+export type PipelineOptions = z.infer<typeof PipelineOptionsSchema>;
+
+export const PipelineInputSchema = z
+  .object({
+    schemaVersion: z.literal(INPUT_SCHEMA_VERSION),
+    documentId: DocumentIdSchema,
+    textRef: TextRefSchema,
+    title: z.string().min(1).max(300),
+    options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
+  })
+  .strict();
+export type PipelineInput = z.input<typeof PipelineInputSchema>;
+
 export interface PipelineResult {
   documentId: string;
   title: string;
@@ -145,10 +181,27 @@ export interface PipelineResult {
   publication: PublishResult;
 }
 
-export type StepState = 'pending' | 'running' | 'done' | 'failed';
+export const StepStateSchema = z.enum(['pending', 'running', 'done', 'failed']);
+export type StepState = z.infer<typeof StepStateSchema>;
 export interface PipelineProgress {
   documentId: string;
   steps: Record<StepName, StepState>;
+}
+
+/** Every step pending: the progress of a run that has just started. */
+export function initialProgress(documentId: string): PipelineProgress {
+  const steps = z
+    .record(z.enum(STEPS), StepStateSchema)
+    .parse(Object.fromEntries(STEPS.map((step) => [step, 'pending'])));
+  return { documentId, steps };
+}
+
+/** The model steps' results within a workflow result, whichever steps there are: for usage and cost totals. */
+export function modelStepResults(result: PipelineResult): ModelStepFields[] {
+  return Object.values(result).flatMap((value) => {
+    const parsed = ModelStepFieldsSchema.safeParse(value);
+    return parsed.success ? [parsed.data] : [];
+  });
 }
 
 /** The workflow ID for a document: the same document always maps to the same run, so a resubmission attaches. */

@@ -3,9 +3,8 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import type { DataConverter, Payload } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
-import { formatCost, totalUsage } from './model/pricing';
-import { STEPS } from './shared';
-import type { StepName } from './shared';
+import { STEPS } from '../contract';
+import type { StepName } from '../contract';
 
 type History = temporal.api.history.v1.IHistory;
 
@@ -140,28 +139,6 @@ function notStarted(step: StepName): StepReport {
     usage: undefined,
     estimatedCostUsd: undefined,
   };
-}
-
-/** How the step fared, in a few words: skipped on resume, reused from the memo, rerun after a failure, ran once. */
-export function describeStep(step: StepReport): string {
-  if (step.status !== 'completed') return step.status;
-  if (step.skippedOnResume) return 'done earlier, skipped on resume';
-  if (step.memoised) return `reused memoised answer (attempt ${step.attempts})`;
-  if (step.attempts > 1) return `rerun, attempt ${step.attempts}`;
-  return 'ran once';
-}
-
-/** The one-line summary for `npm start`: how many steps were skipped, rerun, or reused from the memo. */
-export function summarizeReports(reports: readonly RecoveryReport[]): string {
-  const all = reports.flatMap((r) => r.steps);
-  const skipped = all.filter((s) => s.skippedOnResume).length;
-  const rerun = all.filter((s) => !s.skippedOnResume && !s.memoised && s.attempts > 1).length;
-  const memo = all.filter((s) => s.memoised).length;
-  const lost = all.reduce((sum, s) => sum + (s.attempts > 1 ? s.timeLostMs : 0), 0);
-  return (
-    `Recovery: ${skipped} step(s) skipped on resume, ${rerun} rerun after a failure ` +
-    `(${(lost / 1000).toFixed(1)} s lost), ${memo} model answer(s) reused from the memo.`
-  );
 }
 
 /**
@@ -371,90 +348,4 @@ export function markSkippedOnResume(report: RecoveryReport, details: RunDetails)
     return { ...step, skippedOnResume: skipped };
   });
   return { ...report, steps };
-}
-
-/** What happened to one step across crashes, in a sentence. */
-export function stepRecovery(step: StepReport, pending?: PendingStep): string {
-  switch (step.status) {
-    case 'not started':
-      return 'not started yet';
-    case 'running':
-      return pending
-        ? `in progress: attempt ${pending.attempt} ${pending.state}`
-        : 'in progress (attempt not yet recorded)';
-    case 'failed':
-    case 'timed out':
-      return `${step.status} after ${step.attempts} attempt(s)`;
-    case 'completed':
-      if (step.skippedOnResume)
-        return 'done before a worker crash or restart; the next worker skipped it on resume (replayed from history)';
-      if (step.memoised)
-        return `reused from the memo: attempt ${step.attempts} read back the answer an earlier attempt paid for, no new model call`;
-      if (step.attempts > 1) return `rerun: completed on attempt ${step.attempts} under the same key`;
-      return 'ran once';
-  }
-}
-
-/** The report command's output: the run's outcome, its workers, then each step's recovery story. */
-export function formatReport(
-  workflowId: string,
-  report: RecoveryReport,
-  details: RunDetails,
-  pending: readonly PendingStep[] = [],
-): string[] {
-  const time = (ms: number | undefined): string => (ms === undefined ? '?' : new Date(ms).toISOString());
-  const seconds = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
-  const { outcome } = details;
-  const lines = [`Workflow ${workflowId}, run ${report.runId ?? '?'}`];
-  const took =
-    outcome.closedAt !== undefined && outcome.startedAt !== undefined
-      ? `, ${seconds(outcome.closedAt - outcome.startedAt)} after it started`
-      : '';
-  const receipt = details.publication
-    ? `; published as revision ${details.publication.revision}${details.publication.duplicate ? ' (a retry, answered with the first receipt)' : ''}`
-    : '';
-  lines.push(
-    outcome.status === 'running'
-      ? `Outcome: running (started ${time(outcome.startedAt)})`
-      : `Outcome: ${outcome.status} at ${time(outcome.closedAt)}${took}${receipt}`,
-  );
-  if (outcome.failure !== undefined) lines.push(`  failure: ${outcome.failure}`);
-  lines.push(`Workers that touched the run: ${details.identities.join(', ') || '(none yet)'}`);
-  for (const t of details.takeovers) {
-    lines.push(`Resumed: at ${time(t.at)} ${t.to} took over from ${t.from} and replayed the history`);
-  }
-  for (const step of report.steps) {
-    const open = pending.find((p) => p.step === step.step);
-    lines.push('');
-    lines.push(`${step.step}: ${step.status}; ${stepRecovery(step, open)}`);
-    const attempts = open ? `${open.attempt} (in progress)` : String(step.attempts);
-    lines.push(`  attempts:     ${attempts}`);
-    const worker = step.worker ?? open?.lastWorker;
-    lines.push(
-      `  worker:       ${worker ?? '-'}${step.worker ? ' (ran the recorded attempt)' : open?.lastWorker ? ' (last attempt)' : ''}`,
-    );
-    lines.push(`  key:          ${step.idempotencyKey ?? '-'}`);
-    lines.push(
-      `  time lost:    ${step.attempts > 1 ? `${seconds(step.timeLostMs)} between scheduling and the recorded attempt` : 'none'}`,
-    );
-    lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
-    if (step.usage !== undefined) {
-      lines.push(
-        `  model usage:  ${step.usage.inputTokens} tokens in, ${step.usage.outputTokens} out, ` +
-          `${formatCost(step.estimatedCostUsd)}${step.memoised ? ' (paid once, by the attempt that got the answer)' : ''}`,
-      );
-    }
-  }
-  const priced = report.steps.flatMap(({ usage, estimatedCostUsd }) =>
-    usage !== undefined ? [{ usage, estimatedCostUsd }] : [],
-  );
-  if (priced.length > 0) {
-    const total = totalUsage(priced);
-    lines.push('');
-    lines.push(
-      `Model usage of the run: ${total.inputTokens} tokens in, ${total.outputTokens} out, ` +
-        `${formatCost(total.costUsd)} (each step's answer counted once)`,
-    );
-  }
-  return lines;
 }

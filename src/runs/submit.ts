@@ -1,12 +1,15 @@
-import type { Client, WorkflowHandle } from '@temporalio/client';
+import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
-import { documentPipeline, progressQuery } from '../workflows';
-import type { BlobStore } from './blobs';
-import type { DocumentFile } from './documents';
-import { INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from './shared';
-import type { PipelineInput, PipelineOptions, PipelineProgress, StepName, StepState } from './shared';
+import { documentPipeline, progressQuery } from '../../workflows';
+import type { BlobStore } from '../documents/blobs';
+import type { DocumentFile } from '../documents/files';
+import { INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../contract';
+import type { PipelineInput, PipelineOptions, PipelineProgress, StepName, StepState } from '../contract';
 
+/** A handle on a document's pipeline run. */
 export type PipelineHandle = WorkflowHandle<typeof documentPipeline>;
+/** The handle `workflow.start` returns: it also knows the run ID it started. */
+export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
 
 export interface Submission {
   document: DocumentFile;

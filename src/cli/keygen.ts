@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { generateKey } from './codec';
+import { generateKey } from '../temporal/codec';
 
 /** `npm run keygen`: prints settings for a fresh payload encryption key (keep them out of version control). */
 console.log(`PAYLOAD_ENCRYPTION_KEY=${generateKey()}`);

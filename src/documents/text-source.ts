@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import type { BlobStore } from '../src/blobs';
-import { decodeDocument } from '../src/documents';
-import { FailureType } from '../src/shared';
+import type { BlobStore } from './blobs';
+import { decodeDocument } from './files';
+import { FailureType } from '../contract';
 
 /** Where steps read a document's text from, by reference. */
 export interface TextSource {

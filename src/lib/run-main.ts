@@ -1,5 +1,4 @@
-import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { ConfigError } from './config';
+import { ConfigError } from '../config';
 
 /** The one ending of every entry point: print the error (without a stack for a config mistake), exit non-zero. */
 export function runMain(run: () => Promise<void>): void {
@@ -8,9 +7,4 @@ export function runMain(run: () => Promise<void>): void {
     else console.error(err);
     process.exit(1);
   });
-}
-
-/** Keeps the SDK's own logs to warnings and errors, so the pipeline's progress lines stay readable. */
-export function quietSdkLogs(): void {
-  Runtime.install({ logger: new DefaultLogger('WARN') });
 }

@@ -1,12 +1,11 @@
-import { Client, Connection } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
-import { processDocuments, SAMPLES_DIR } from './batch';
-import { dataConverterFor } from './codec';
-import { loadConfig } from './config';
-import { createDependencies, dataPaths } from './dependencies';
-import { quietSdkLogs, runMain } from './run-main';
-import { connectOrStartTemporal } from './temporal-server';
-import { createPipelineWorker } from './worker';
+import { loadConfig, SAMPLES_DIR } from '../config';
+import { createDependencies } from '../dependencies';
+import { runMain } from '../lib/run-main';
+import { processDocuments } from '../runs/batch';
+import { connectClient, connectWorker } from '../temporal/connection';
+import { connectOrStartTemporal } from '../temporal/dev-server';
+import { quietSdkLogs } from '../temporal/runtime';
+import { createPipelineWorker } from '../temporal/worker';
 
 /**
  * `npm start [files or folders]`: the whole job in one process. Finds or starts a Temporal server (embedded,
@@ -20,13 +19,11 @@ async function run(): Promise<void> {
   const paths = process.argv.length > 2 ? process.argv.slice(2) : [SAMPLES_DIR];
   const target = await connectOrStartTemporal(config);
   console.log(`Temporal: ${target.address} (${target.origin}), namespace ${target.namespace}`);
-  const connection = await Connection.connect({ address: target.address, ...target.secure });
-  const nativeConnection = await NativeConnection.connect({ address: target.address, ...target.secure });
+  const { client, dataConverter, close: closeClient } = await connectClient(config, { endpoint: target });
+  const nativeConnection = await connectWorker(config, target);
   const { deps, close } = createDependencies(config);
   let interrupted = false;
-  const dataConverter = dataConverterFor(config);
   try {
-    const client = new Client({ connection, namespace: target.namespace, dataConverter });
     const worker = await createPipelineWorker({
       connection: nativeConnection,
       namespace: target.namespace,
@@ -40,8 +37,7 @@ async function run(): Promise<void> {
         `data in ${config.dataDir}`,
     );
     // The SDK's runtime shuts the worker down on Ctrl-C (and SIGTERM); here we only say what is kept.
-    const checkpoint =
-      target.origin === 'embedded' ? dataPaths(config.dataDir).temporal : 'the Temporal server';
+    const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
     process.once('SIGINT', () => {
       interrupted = true;
       console.log(`\nStopping. Finished steps are recorded in ${checkpoint}; run npm start again to resume.`);
@@ -59,7 +55,7 @@ async function run(): Promise<void> {
   } finally {
     close();
     await nativeConnection.close();
-    await connection.close();
+    await closeClient();
     await target.close();
     // Stop here: the abandoned progress polling would otherwise retry on the connections just closed.
     if (interrupted) process.exit(130);

@@ -1,0 +1,87 @@
+/**
+ * The network between a worker and its publish target, made visible: an HTTP relay on loopback that forwards
+ * each POST (with its Idempotency-Key) to the target and the answer back, slowly when asked, and that can hold
+ * requests as a partition would. The demo uses it to land a crash between "the target committed" and "the worker
+ * heard back"; tests use it to keep a step in flight, or to deliver a zombie's request late.
+ */
+import http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { closeServer, listenOnLoopback, readBody } from '../../lib/loopback';
+
+/** A request that reached the link. */
+export interface LinkRequest {
+  key: string | undefined;
+  body: Buffer;
+}
+
+export interface LinkOptions {
+  /** The target's answer is sent back this long after it arrived (the commit itself happens at once). */
+  replyDelayMs?: number;
+  /** True to hold the request: never forwarded, never answered, until `release()` delivers it late. */
+  hold?: (request: LinkRequest) => boolean;
+}
+
+export interface Link {
+  /** For PUBLISH_WEBHOOK_URL. */
+  url: string;
+  /** Requests forwarded to the target. */
+  passed: LinkRequest[];
+  /** Requests held back, not yet released. */
+  held: LinkRequest[];
+  /** Delivers the held requests to the target now, as a zombie's would arrive late, and returns its answers. */
+  release(): Promise<{ status: number; body: string }[]>;
+  close(): Promise<void>;
+}
+
+/** Starts a link to `targetUrl` on a free loopback port. */
+export async function startLink(
+  targetUrl: string,
+  { replyDelayMs = 0, hold = () => false }: LinkOptions = {},
+): Promise<Link> {
+  const passed: LinkRequest[] = [];
+  const held: LinkRequest[] = [];
+  const forward = async ({ key, body }: LinkRequest): Promise<{ status: number; body: string }> => {
+    const answer = await fetch(targetUrl, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(key !== undefined ? { 'idempotency-key': key } : {}),
+      },
+      body,
+    });
+    return { status: answer.status, body: await answer.text() };
+  };
+  const server = http.createServer((req, res) => {
+    const relay = async (): Promise<void> => {
+      const header = req.headers['idempotency-key'];
+      const request = { key: typeof header === 'string' ? header : undefined, body: await readBody(req) };
+      if (hold(request)) {
+        held.push(request);
+        return;
+      }
+      passed.push(request);
+      const answer = await forward(request);
+      await sleep(replyDelayMs);
+      if (res.destroyed) return;
+      res.writeHead(answer.status, { 'content-type': 'application/json' });
+      res.end(answer.body);
+    };
+    relay().catch((err: unknown) => {
+      if (res.destroyed) return;
+      res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: `link: ${String(err)}` }));
+    });
+  });
+  const origin = await listenOnLoopback(server, 'link');
+  return {
+    url: `${origin}/publications`,
+    passed,
+    held,
+    release: async () => {
+      const answers = [];
+      for (const request of held.splice(0)) answers.push(await forward(request));
+      return answers;
+    },
+    close: () => closeServer(server),
+  };
+}

@@ -1,0 +1,67 @@
+/** Starting and killing real worker processes, for the crash demo and the crash tests. */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import path from 'node:path';
+
+/** `npm run worker`, the script a worker process runs unless told otherwise. */
+export const WORKER_SCRIPT = path.join(__dirname, '..', 'worker.ts');
+
+export interface WorkerProcess {
+  child: ChildProcess;
+  identity: string;
+  /** Everything the process printed, for assertions and for debugging a failed run. */
+  output(): string;
+  /** Resolves with the exit signal or code once the process is gone. */
+  exited: Promise<string>;
+  /** SIGKILL: no shutdown, no goodbye to the server, as in a real crash. */
+  kill(): Promise<string>;
+}
+
+/**
+ * Starts `script` (the real worker by default) under node with tsx and `env` as its whole environment, and
+ * waits until it polls: its `Worker <identity> polling` line. Rejects if it exits or stays silent for
+ * `readyTimeoutMs`.
+ */
+export function startWorkerProcess(
+  env: NodeJS.ProcessEnv,
+  { script = WORKER_SCRIPT, readyTimeoutMs = 120_000 }: { script?: string; readyTimeoutMs?: number } = {},
+): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    cwd: path.join(__dirname, '..', '..', '..'),
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const exited = new Promise<string>((resolve) => {
+    child.once('exit', (code, signal) => resolve(signal ?? `exit ${code ?? '?'}`));
+  });
+  child.stdout?.on('data', (c: Buffer) => (output += c.toString('utf8')));
+  child.stderr?.on('data', (c: Buffer) => (output += c.toString('utf8')));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`worker process not ready after ${readyTimeoutMs} ms:\n${output}`));
+    }, readyTimeoutMs);
+    const onData = (): void => {
+      const ready = /^Worker (\S+) polling/m.exec(output);
+      if (ready?.[1] === undefined) return;
+      clearTimeout(timer);
+      child.stdout?.off('data', onData);
+      resolve({
+        child,
+        identity: ready[1],
+        output: () => output,
+        exited,
+        kill: () => {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+          return exited;
+        },
+      });
+    };
+    child.stdout?.on('data', onData);
+    void exited.then((how) => {
+      clearTimeout(timer);
+      reject(new Error(`worker process ended (${how}) before it was ready:\n${output}`));
+    });
+  });
+}

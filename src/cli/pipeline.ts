@@ -1,0 +1,22 @@
+import { loadConfig } from '../config';
+import { runMain } from '../lib/run-main';
+import { processDocuments } from '../runs/batch';
+import { connectClient } from '../temporal/connection';
+
+/** `npm run pipeline -- <files or folders>`: the client only. Submits, waits for `npm run worker`, prints. */
+async function run(): Promise<void> {
+  const paths = process.argv.slice(2);
+  if (paths.length === 0) {
+    throw new Error('Give the files or folders to process: npm run pipeline -- samples/ notes.md');
+  }
+  const config = loadConfig();
+  const { client, close } = await connectClient(config);
+  try {
+    const outcomes = await processDocuments(client, config, paths);
+    if (outcomes.some((o) => o.error !== undefined)) process.exitCode = 1;
+  } finally {
+    await close();
+  }
+}
+
+runMain(run);

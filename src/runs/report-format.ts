@@ -1,0 +1,67 @@
+import { formatCost, totalUsage } from '../model/pricing';
+import type { PendingStep, RecoveryReport, RunDetails } from './history';
+import { stepRecovery } from './step-outcome';
+
+/** The report command's output: the run's outcome, its workers, then each step's recovery story. */
+export function formatReport(
+  workflowId: string,
+  report: RecoveryReport,
+  details: RunDetails,
+  pending: readonly PendingStep[] = [],
+): string[] {
+  const time = (ms: number | undefined): string => (ms === undefined ? '?' : new Date(ms).toISOString());
+  const seconds = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+  const { outcome } = details;
+  const lines = [`Workflow ${workflowId}, run ${report.runId ?? '?'}`];
+  const took =
+    outcome.closedAt !== undefined && outcome.startedAt !== undefined
+      ? `, ${seconds(outcome.closedAt - outcome.startedAt)} after it started`
+      : '';
+  const receipt = details.publication
+    ? `; published as revision ${details.publication.revision}${details.publication.duplicate ? ' (a retry, answered with the first receipt)' : ''}`
+    : '';
+  lines.push(
+    outcome.status === 'running'
+      ? `Outcome: running (started ${time(outcome.startedAt)})`
+      : `Outcome: ${outcome.status} at ${time(outcome.closedAt)}${took}${receipt}`,
+  );
+  if (outcome.failure !== undefined) lines.push(`  failure: ${outcome.failure}`);
+  lines.push(`Workers that touched the run: ${details.identities.join(', ') || '(none yet)'}`);
+  for (const t of details.takeovers) {
+    lines.push(`Resumed: at ${time(t.at)} ${t.to} took over from ${t.from} and replayed the history`);
+  }
+  for (const step of report.steps) {
+    const open = pending.find((p) => p.step === step.step);
+    lines.push('');
+    lines.push(`${step.step}: ${step.status}; ${stepRecovery(step, open)}`);
+    const attempts = open ? `${open.attempt} (in progress)` : String(step.attempts);
+    lines.push(`  attempts:     ${attempts}`);
+    const worker = step.worker ?? open?.lastWorker;
+    lines.push(
+      `  worker:       ${worker ?? '-'}${step.worker ? ' (ran the recorded attempt)' : open?.lastWorker ? ' (last attempt)' : ''}`,
+    );
+    lines.push(`  key:          ${step.idempotencyKey ?? '-'}`);
+    lines.push(
+      `  time lost:    ${step.attempts > 1 ? `${seconds(step.timeLostMs)} between scheduling and the recorded attempt` : 'none'}`,
+    );
+    lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
+    if (step.usage !== undefined) {
+      lines.push(
+        `  model usage:  ${step.usage.inputTokens} tokens in, ${step.usage.outputTokens} out, ` +
+          `${formatCost(step.estimatedCostUsd)}${step.memoised ? ' (paid once, by the attempt that got the answer)' : ''}`,
+      );
+    }
+  }
+  const priced = report.steps.flatMap(({ usage, estimatedCostUsd }) =>
+    usage !== undefined ? [{ usage, estimatedCostUsd }] : [],
+  );
+  if (priced.length > 0) {
+    const total = totalUsage(priced);
+    lines.push('');
+    lines.push(
+      `Model usage of the run: ${total.inputTokens} tokens in, ${total.outputTokens} out, ` +
+        `${formatCost(total.costUsd)} (each step's answer counted once)`,
+    );
+  }
+  return lines;
+}

@@ -1,0 +1,59 @@
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import type { DataConverter, Duration } from '@temporalio/common';
+import type { Config } from '../config';
+import type { TemporalSettings } from './settings';
+import { dataConverterFor } from './codec';
+
+/** Where `npm run worker`, `pipeline` and `report` look when nothing names a server. */
+export const DEFAULT_TEMPORAL_ADDRESS = 'localhost:7233';
+
+/** A server to talk to: its address, namespace and (for a configured cluster) TLS and API key. */
+export interface TemporalEndpoint {
+  address: string;
+  namespace: string;
+  secure: TemporalSettings['secure'];
+}
+
+/** The configured server, or localhost:7233 when none is named. */
+export function configuredEndpoint(config: Pick<Config, 'temporal'>): TemporalEndpoint {
+  const { address, namespace, secure } = config.temporal;
+  return { address: address ?? DEFAULT_TEMPORAL_ADDRESS, namespace, secure };
+}
+
+export interface ConnectedClient {
+  client: Client;
+  endpoint: TemporalEndpoint;
+  /** The payload codec setup the client uses; workers in the same process take the same. */
+  dataConverter: DataConverter | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * A client for `endpoint` (the configured server by default) with the project's data converter, so it reads and
+ * writes payloads as the workers do. Every entry point connects through here; `close` ends the connection.
+ */
+export async function connectClient(
+  config: Pick<Config, 'temporal' | 'payloadEncryption'>,
+  {
+    endpoint = configuredEndpoint(config),
+    connectTimeout,
+  }: { endpoint?: TemporalEndpoint; connectTimeout?: Duration } = {},
+): Promise<ConnectedClient> {
+  const connection = await Connection.connect({
+    address: endpoint.address,
+    ...endpoint.secure,
+    ...(connectTimeout !== undefined ? { connectTimeout } : {}),
+  });
+  const dataConverter = dataConverterFor(config);
+  const client = new Client({ connection, namespace: endpoint.namespace, dataConverter });
+  return { client, endpoint, dataConverter, close: () => connection.close() };
+}
+
+/** The native connection a worker polls over, to `endpoint` (the configured server by default). */
+export function connectWorker(
+  config: Pick<Config, 'temporal'>,
+  endpoint: TemporalEndpoint = configuredEndpoint(config),
+): Promise<NativeConnection> {
+  return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure });
+}
