@@ -369,7 +369,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
         if (!ok) problems.push(problem);
       };
       const deliveries = store.deliveries();
-      const attempts: Record<StepName, number> = { summarize: 0, tag: 0, publish: 0 };
+      const attempts = new Map<StepName, number>();
       let rerunsAfterCompletion = 0;
       let duplicatePublications = 0;
       let paidTwice = 0;
@@ -405,7 +405,7 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
           const key = `${runId}:${step.step}`;
           check(step.status === 'completed', `${key}: ${step.status}`);
           check(step.idempotencyKey === key, `${key}: the result names key ${step.idempotencyKey ?? '-'}`);
-          attempts[step.step] += step.attempts;
+          attempts.set(step.step, (attempts.get(step.step) ?? 0) + step.attempts);
           const arrivals =
             step.step === 'publish'
               ? ofDocument.map((d) => Date.parse(d.receivedAt))
@@ -449,8 +449,8 @@ describe('chaos: SIGKILLed workers and restarted servers during a batch', () => 
         `dev server restarts ${serverRestarts}`,
         `worker processes ${workers.length}`,
         `documents ${submitted.length}, each published once (revisions 1, publications ${store.countPublications()})`,
-        `executions per step: summarize ${calls('summarize')} model requests / ${attempts.summarize} recorded attempts, ` +
-          `tag ${calls('tag')} / ${attempts.tag}, publish ${deliveries.length} deliveries / ${attempts.publish}` +
+        `executions per step: summarize ${calls('summarize')} model requests / ${attempts.get('summarize') ?? 0} recorded attempts, ` +
+          `tag ${calls('tag')} / ${attempts.get('tag') ?? 0}, publish ${deliveries.length} deliveries / ${attempts.get('publish') ?? 0}` +
           ` (${duplicatesAnswered} retries answered with the first receipt)`,
         `model answers sent ${model.requests.filter((c) => c.answeredAt !== undefined).length}, memo rows ${memoRows}, ` +
           `keys answered twice ${paidTwice} (the worker died between the answer and the memo write)`,

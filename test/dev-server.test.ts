@@ -6,7 +6,6 @@
  */
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { temporal } from '@temporalio/proto';
@@ -24,9 +23,7 @@ import type { documentPipeline } from '../workflows';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
   cleanupAfterAll,
-  closeServer,
   isTagRequest,
-  listenOnLoopback,
   modelServerFor,
   normalAnswer,
   openAIModel,
@@ -40,6 +37,8 @@ import {
   startCrashableWorker,
   writeWorkflowBundle,
 } from './helpers';
+import { startLink } from '../src/cli/demo/link';
+import type { LinkRequest } from '../src/cli/demo/link';
 
 type History = temporal.api.history.v1.IHistory;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
@@ -106,123 +105,8 @@ function activityEvents(history: History, activityId: string) {
   };
 }
 
-/**
- * A publish webhook that holds every request while closed (the step stays in flight, heartbeating) and, once
- * opened, passes requests on to `target` and its answer back.
- */
-async function startGate(target: string): Promise<{ url: string; held: number; open(): void }> {
-  const state = { held: 0, open: false };
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      if (!state.open) {
-        state.held += 1;
-        return;
-      }
-      const key = req.headers['idempotency-key'];
-      fetch(target, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          ...(typeof key === 'string' ? { 'idempotency-key': key } : {}),
-        },
-        body: Buffer.concat(chunks),
-      })
-        .then(async (answer) => {
-          res.writeHead(answer.status, { 'content-type': 'application/json' });
-          res.end(await answer.text());
-        })
-        .catch((err: unknown) => {
-          res.writeHead(502);
-          res.end(String(err));
-        });
-    });
-  });
-  const origin = await listenOnLoopback(server, 'gate');
-  defer(() => closeServer(server));
-  return {
-    url: `${origin}/publications`,
-    get held() {
-      return state.held;
-    },
-    open: () => {
-      state.open = true;
-    },
-  };
-}
-
-/** A request a gate received: its idempotency key and JSON body. */
-interface GatedRequest {
-  key: string;
-  body: unknown;
-}
-
-/**
- * A publish webhook that holds every request under the first idempotency key it sees (that run's publish stays in
- * flight, as in a partition) and passes all others on to `target`. `release()` then delivers the held requests to
- * `target` late, as a zombie's would arrive, and returns the target's answers.
- */
-async function startHoldingGate(target: string): Promise<{
-  url: string;
-  held: GatedRequest[];
-  passed: GatedRequest[];
-  release(): Promise<{ status: number; body: unknown }[]>;
-}> {
-  const held: GatedRequest[] = [];
-  const passed: GatedRequest[] = [];
-  let heldKey: string | undefined;
-  const forward = async ({ key, body }: GatedRequest) => {
-    const answer = await fetch(target, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body: JSON.stringify(body),
-    });
-    return { status: answer.status, body: (await answer.json()) as unknown };
-  };
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const header = req.headers['idempotency-key'];
-      const request = {
-        key: typeof header === 'string' ? header : '',
-        body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown,
-      };
-      heldKey ??= request.key;
-      if (request.key === heldKey) {
-        held.push(request); // and never answer
-        return;
-      }
-      passed.push(request);
-      forward(request)
-        .then((answer) => {
-          res.writeHead(answer.status, { 'content-type': 'application/json' });
-          res.end(JSON.stringify(answer.body));
-        })
-        .catch((err: unknown) => {
-          res.writeHead(502);
-          res.end(String(err));
-        });
-    });
-  });
-  const origin = await listenOnLoopback(server, 'holding gate');
-  defer(() => closeServer(server));
-  return {
-    url: `${origin}/publications`,
-    held,
-    passed,
-    release: async () => {
-      const answers = [];
-      for (const request of held) answers.push(await forward(request));
-      return answers;
-    },
-  };
-}
-
-/** The `scheduledAt` a publish request carried. */
-function scheduledAtOf(request: GatedRequest | undefined): number {
-  const body = request?.body;
+function scheduledAtOf(request: LinkRequest | undefined): number {
+  const body: unknown = request === undefined ? undefined : JSON.parse(request.body.toString('utf8'));
   const value =
     typeof body === 'object' && body !== null && 'scheduledAt' in body ? body.scheduledAt : undefined;
   assert.equal(typeof value, 'number', `no scheduledAt in ${JSON.stringify(body)}`);
@@ -270,7 +154,9 @@ describe('documentPipeline on a real dev server', () => {
     const receiver = await startReceiver(store);
     defer(() => receiver.close());
     // Publish cannot finish on worker 1: the gate holds its request until worker 1 is dead.
-    const gate = await startGate(receiver.url);
+    let open = false;
+    const gate = await startLink(receiver.url, { hold: () => !open });
+    defer(() => gate.close());
     // Each worker has its own data folder (the document's text in each), so no memo of worker 1 could hide a
     // second model call by worker 2: the model server's count is the evidence.
     const dirs = [scratchDir(defer), scratchDir(defer)];
@@ -290,7 +176,7 @@ describe('documentPipeline on a real dev server', () => {
 
     const worker1 = await workerProcess(workerEnv(dirs[0], 'worker-1'));
     const handle = await startPipeline(env, taskQueue, input);
-    await waitFor('publish to reach the held webhook', async () => (gate.held > 0 ? true : undefined));
+    await waitFor('publish to reach the held webhook', async () => (gate.held.length > 0 ? true : undefined));
     const before = await handle.fetchHistory();
     assert.ok(activityEvents(before, 'tag').completed, 'tag is not recorded as completed');
     assert.equal(activityEvents(before, 'publish').completed, undefined, 'publish completed on worker 1');
@@ -301,7 +187,7 @@ describe('documentPipeline on a real dev server', () => {
     });
     assert.equal(await worker1.kill(), 'SIGKILL');
 
-    gate.open();
+    open = true;
     const worker2 = await workerProcess(workerEnv(dirs[1], 'worker-2'));
     const result = await handle.result();
     const history = await handle.fetchHistory();
@@ -409,7 +295,11 @@ describe('documentPipeline on a real dev server', () => {
     const receiver = await startReceiver(store);
     defer(() => receiver.close());
     // The first run's publish request is held in flight; the reset run's passes straight to the receiver.
-    const gate = await startHoldingGate(receiver.url);
+    let heldKey: string | undefined;
+    const gate = await startLink(receiver.url, {
+      hold: ({ key }) => (heldKey ??= key) === key,
+    });
+    defer(() => gate.close());
     const local = tempParts(defer, { publisher: new WebhookPublisher(gate.url, 60_000) });
     const input = pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
@@ -438,7 +328,10 @@ describe('documentPipeline on a real dev server', () => {
       return { oldRun: handle.firstExecutionRunId, newRun: runId, result: await reset.result() };
     });
     // Only now does the replaced run's publication reach the target, under a key it has never seen.
-    const late = await gate.release();
+    const late = (await gate.release()).map(({ status, body }) => ({
+      status,
+      body: JSON.parse(body) as unknown,
+    }));
 
     assert.notEqual(newRun, oldRun);
     assert.deepEqual(result.publication, {

@@ -26,9 +26,9 @@ export interface Link {
   url: string;
   /** Requests forwarded to the target. */
   passed: LinkRequest[];
-  /** Requests held back, not yet released. */
+  /** Requests held back (released ones stay listed). */
   held: LinkRequest[];
-  /** Delivers the held requests to the target now, as a zombie's would arrive late, and returns its answers. */
+  /** Delivers the held requests not yet released to the target now, as a zombie's would arrive late; returns its answers. */
   release(): Promise<{ status: number; body: string }[]>;
   close(): Promise<void>;
 }
@@ -40,6 +40,7 @@ export async function startLink(
 ): Promise<Link> {
   const passed: LinkRequest[] = [];
   const held: LinkRequest[] = [];
+  let released = 0;
   const forward = async ({ key, body }: LinkRequest): Promise<{ status: number; body: string }> => {
     const answer = await fetch(targetUrl, {
       method: 'POST',
@@ -79,7 +80,10 @@ export async function startLink(
     held,
     release: async () => {
       const answers = [];
-      for (const request of held.splice(0)) answers.push(await forward(request));
+      while (released < held.length) {
+        const request = held[released++];
+        if (request !== undefined) answers.push(await forward(request));
+      }
       return answers;
     },
     close: () => closeServer(server),

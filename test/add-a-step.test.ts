@@ -1,0 +1,209 @@
+/**
+ * The structure, proven by use: docs/add-a-step.md adds a fourth step as four patches. This test applies exactly
+ * those patches to a copy of the repository and shows that they are enough: the copy type-checks, its pipeline
+ * runs all four steps on a real (time-skipping) Temporal server with the new step's result, key and cost
+ * reported by the unchanged client code, and the committed histories of older runs still replay against it.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import {
+  cleanupAfterAll,
+  installQuietRuntime,
+  SAMPLE_TEXT,
+  scratchDir,
+  silentLogger,
+  timeSkippingEnv,
+} from './helpers';
+
+installQuietRuntime();
+const defer = cleanupAfterAll();
+const ROOT = path.join(__dirname, '..');
+const GUIDE = path.join(ROOT, 'docs', 'add-a-step.md');
+/** The files adding a step may touch: its activity file and registration, its contract entry, the workflow. */
+const EXPECTED_FILES = [
+  'activities/headline.ts',
+  'activities/index.ts',
+  'src/contract.ts',
+  'workflows/index.ts',
+];
+
+/** The ```diff blocks of a Markdown text, in order. */
+function diffBlocks(markdown: string): string[] {
+  return [...markdown.matchAll(/^```diff\n([\s\S]*?)^```$/gm)].map((m) => m[1] ?? '');
+}
+
+/** The files a patch writes (its `+++ b/<path>` lines). */
+function filesOf(patch: string): string[] {
+  return [...patch.matchAll(/^\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? '');
+}
+
+/** A copy of the repository's tracked files in `dir`, sharing this checkout's node_modules. */
+function copyRepository(dir: string): void {
+  const files = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8' })
+    .split('\0')
+    .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
+  for (const file of files) {
+    fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+    fs.copyFileSync(path.join(ROOT, file), path.join(dir, file));
+  }
+  fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+}
+
+/** Every file under `dir` (relative paths), node_modules left out. */
+function listFiles(dir: string, under = ''): string[] {
+  return fs.readdirSync(path.join(dir, under), { withFileTypes: true }).flatMap((entry) => {
+    const relative = path.join(under, entry.name);
+    if (entry.name === 'node_modules') return [];
+    return entry.isDirectory() ? listFiles(dir, relative) : [relative];
+  });
+}
+
+describe('adding a step, as docs/add-a-step.md says', () => {
+  let env: TestWorkflowEnvironment;
+  let copy: string;
+  let patches: string[];
+  let bundle: WorkflowBundleWithSourceMap;
+
+  before(async () => {
+    env = await timeSkippingEnv(defer);
+    copy = scratchDir(defer, 'add-a-step-');
+    copyRepository(copy);
+    patches = diffBlocks(fs.readFileSync(GUIDE, 'utf8'));
+    for (const patch of patches) execFileSync('git', ['apply', '-'], { cwd: copy, input: patch });
+    bundle = await bundleWorkflowCode({
+      workflowsPath: path.join(copy, 'workflows'),
+      logger: silentLogger,
+    });
+  });
+
+  it('touches its activity file and registration, its contract entry and the workflow, and nothing else', () => {
+    assert.equal(patches.length, 4, 'the guide should have one patch per file');
+    assert.deepEqual(patches.flatMap(filesOf).sort(), EXPECTED_FILES);
+    const changed = listFiles(copy)
+      .filter((file) => {
+        const original = path.join(ROOT, file);
+        return (
+          !fs.existsSync(original) ||
+          !fs.readFileSync(original).equals(fs.readFileSync(path.join(copy, file)))
+        );
+      })
+      .sort();
+    assert.deepEqual(changed, EXPECTED_FILES);
+  });
+
+  it('shows in the README the same code the patches add', () => {
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Change a step'), readme.indexOf('## Layout'));
+    const shown = [...section.matchAll(/^\s*```ts\n([\s\S]*?)^\s*```$/gm)].flatMap((m) =>
+      (m[1] ?? '').split('\n').map((line) => line.trim()),
+    );
+    assert.ok(shown.length > 10, 'the README shows no code for the worked example');
+    const added = new Set(
+      patches
+        .flatMap((p) => p.split('\n').filter((l) => l.startsWith('+') && !l.startsWith('+++')))
+        .map((l) => l.slice(1).trim()),
+    );
+    assert.deepEqual(
+      shown.filter((line) => line !== '' && !added.has(line)),
+      [],
+      'README lines the patches do not add',
+    );
+  });
+
+  it('type-checks with the four changes alone', { timeout: 120_000 }, () => {
+    execFileSync(
+      process.execPath,
+      [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json', '--noEmit'],
+      {
+        cwd: copy,
+        stdio: 'pipe',
+      },
+    );
+  });
+
+  it(
+    'runs four steps, and the unchanged report and result table count the new one',
+    { timeout: 60_000 },
+    async () => {
+      const { loadConfig } = await import(path.join(copy, 'src', 'config.ts'));
+      const { createDependencies } = await import(path.join(copy, 'src', 'dependencies.ts'));
+      const { createPipelineWorker } = await import(path.join(copy, 'src', 'temporal', 'worker.ts'));
+      const { recoveryReport } = await import(path.join(copy, 'src', 'runs', 'history.ts'));
+      const { printOutcomes } = await import(path.join(copy, 'src', 'runs', 'result-table.ts'));
+      const contract = await import(path.join(copy, 'src', 'contract.ts'));
+      const config = loadConfig({ DATA_DIR: path.join(copy, 'data') });
+      const parts = createDependencies(config);
+      defer(() => parts.close());
+      const taskQueue = `add-a-step-${randomUUID()}`;
+      const worker: Worker = await createPipelineWorker({
+        connection: env.nativeConnection,
+        namespace: env.namespace ?? 'default',
+        taskQueue,
+        deps: parts.deps,
+        workflowBundle: bundle,
+      });
+      const documentId = `doc-${randomUUID()}`;
+      const handle = await env.client.workflow.start('documentPipeline', {
+        taskQueue,
+        workflowId: `wf-${randomUUID()}`,
+        args: [
+          {
+            schemaVersion: 1,
+            documentId,
+            textRef: parts.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')),
+            title: 'Checkpoints',
+          },
+        ],
+      });
+      const result = await worker.runUntil(handle.result());
+      const headline = contract.HeadlineResultSchema.parse(result.headline);
+      assert.ok(headline.headline.length > 0);
+      assert.equal(headline.idempotencyKey, `${handle.firstExecutionRunId}:headline`);
+      assert.deepEqual(contract.STEPS, ['summarize', 'tag', 'headline', 'publish']);
+
+      const report = recoveryReport(await handle.fetchHistory());
+      assert.deepEqual(
+        report.steps.map((s: { step: string; status: string }) => [s.step, s.status]),
+        contract.STEPS.map((step: string) => [step, 'completed']),
+      );
+      assert.equal(contract.modelStepResults(result).length, 3, 'cost totals must count the headline step');
+      const printed: string[] = [];
+      printOutcomes(
+        [
+          {
+            source: 'x.md',
+            title: 'Checkpoints',
+            workflowId: handle.workflowId,
+            result,
+            error: undefined,
+            report,
+          },
+        ],
+        (line: string) => printed.push(line),
+      );
+      assert.ok(
+        printed.some((line) => line.includes('headline: ran once')),
+        printed.join('\n'),
+      );
+    },
+  );
+
+  it('still replays the histories recorded before the step existed (it is behind patched())', async () => {
+    const dir = path.join(ROOT, 'test', 'histories');
+    const histories = fs
+      .readdirSync(dir)
+      .filter((f) => f.endsWith('.json'))
+      .map((f) => ({ workflowId: f, history: JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) }));
+    assert.ok(histories.length > 0);
+    for await (const replay of Worker.runReplayHistories({ workflowBundle: bundle }, histories)) {
+      assert.equal(replay.error, undefined, `${replay.workflowId}: ${String(replay.error)}`);
+    }
+  });
+});
