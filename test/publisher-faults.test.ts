@@ -32,6 +32,7 @@ import {
   timeSkippingEnv,
   withPipeline,
 } from './helpers';
+import { relay } from '../src/cli/demo/link';
 import type { StartedPipeline } from './helpers';
 
 let env: TestWorkflowEnvironment;
@@ -67,14 +68,6 @@ async function faultyWebhook(script: (n: number) => Fault) {
   const receiver = await startReceiver(store);
   const deliveries: Delivery[] = [];
 
-  const forward = async (req: http.IncomingMessage, body: Buffer) => {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    const key = req.headers['idempotency-key'];
-    if (typeof key === 'string') headers['idempotency-key'] = key;
-    const answer = await fetch(receiver.url, { method: 'POST', headers, body });
-    return { status: answer.status, body: await answer.text() };
-  };
-
   const proxy = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -99,7 +92,10 @@ async function faultyWebhook(script: (n: number) => Fault) {
       };
       const act = async (): Promise<void> => {
         if (fault.kind === 'answer') return send(fault.status, JSON.stringify(fault.body), fault.headers);
-        const answer = await forward(req, Buffer.concat(chunks));
+        const answer = await relay(receiver.url, {
+          key: typeof key === 'string' ? key : undefined,
+          body: Buffer.concat(chunks),
+        });
         if (fault.kind === 'forward-then-delay')
           await new Promise((resolve) => setTimeout(resolve, fault.ms));
         if (fault.kind === 'forward-then-reset') {

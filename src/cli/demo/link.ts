@@ -33,6 +33,19 @@ export interface Link {
   close(): Promise<void>;
 }
 
+/** POSTs a request on to `targetUrl` with its Idempotency-Key, and returns the answer. */
+export async function relay(
+  targetUrl: string,
+  { key, body }: LinkRequest,
+): Promise<{ status: number; body: string }> {
+  const answer = await fetch(targetUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key !== undefined ? { 'idempotency-key': key } : {}) },
+    body,
+  });
+  return { status: answer.status, body: await answer.text() };
+}
+
 /** Starts a link to `targetUrl` on a free loopback port. */
 export async function startLink(
   targetUrl: string,
