@@ -16,7 +16,8 @@ import {
   keyringFromSettings,
 } from '../src/temporal/codec';
 import { ConfigError } from '../src/config';
-import { recoveryReport, withDecodedResults } from '../src/runs/history';
+import { recoveryReport } from '../src/runs/history';
+import { withDecodedResults } from '../src/runs/decode-history';
 import { documentPipeline } from '../workflows';
 import {
   completion,

@@ -3,13 +3,8 @@ import { loadConfig } from '../config';
 import { configuredEndpoint, connectClient } from '../temporal/connection';
 import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
-import {
-  markSkippedOnResume,
-  pendingSteps,
-  recoveryReport,
-  runDetails,
-  withDecodedResults,
-} from '../runs/history';
+import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
+import { withDecodedResults } from '../runs/decode-history';
 import { runMain } from '../lib/run-main';
 
 const USAGE =

@@ -5,19 +5,13 @@ import { followProgress, submitDocument } from './submit';
 import type { Submission } from './submit';
 import type { Config } from '../config';
 import { collectDocuments } from '../documents/files';
-import { recoveryReport, withDecodedResults } from './history';
+import { recoveryReport } from './history';
+import { withDecodedResults } from './decode-history';
 import { printOutcomes } from './result-table';
-import type { RecoveryReport } from './history';
-import type { PipelineResult } from '../contract';
+import type { DocumentOutcome } from './result-table';
 
-export interface DocumentOutcome {
-  source: string;
-  title: string;
-  workflowId: string | undefined;
-  result: PipelineResult | undefined;
-  error: string | undefined;
-  report: RecoveryReport | undefined;
-}
+export type { DocumentOutcome };
+import type { RecoveryReport } from './history';
 
 /**
  * Submits every document found in `paths`, follows the runs to the end and prints one row per document,

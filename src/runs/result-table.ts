@@ -1,8 +1,19 @@
 import { modelStepResults } from '../contract';
 import type { ModelStepFields } from '../contract';
 import { formatCost, totalUsage } from '../model/pricing';
-import type { DocumentOutcome } from './batch';
+import type { PipelineResult } from '../contract';
+import type { RecoveryReport } from './history';
 import { describeStep, summarizeReports } from './step-outcome';
+
+/** One document's line in the table: its result, or why it failed, and its recovery report. */
+export interface DocumentOutcome {
+  source: string;
+  title: string;
+  workflowId: string | undefined;
+  result: PipelineResult | undefined;
+  error: string | undefined;
+  report: RecoveryReport | undefined;
+}
 
 /**
  * The result table `npm start` and `npm run pipeline` end with: one row per document (status, model, tokens and
