@@ -44,9 +44,12 @@ function filesOf(patch: string): string[] {
   return [...patch.matchAll(/^\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? '');
 }
 
-/** A copy of the repository's tracked files in `dir`, sharing this checkout's node_modules. */
+/** A copy of the working tree (tracked files and new ones git does not ignore) in `dir`, sharing this checkout's node_modules. */
 function copyRepository(dir: string): void {
-  const files = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8' })
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  })
     .split('\0')
     .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
   for (const file of files) {
