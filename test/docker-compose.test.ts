@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import ts from 'typescript';
 import { parse } from 'yaml';
+import { SHUTDOWN_GRACE_MS } from '../src/temporal/worker';
 import { z } from 'zod';
 import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/contract';
@@ -57,6 +58,7 @@ const ServiceSchema = z.object({
     .optional(),
   healthcheck: z.object({ test: z.union([z.string(), z.array(z.string())]) }).optional(),
   networks: z.union([z.array(z.string()), z.record(z.string(), z.unknown())]).optional(),
+  stop_grace_period: z.string().optional(),
 });
 type Service = z.infer<typeof ServiceSchema>;
 
@@ -248,6 +250,16 @@ describe('docker-compose.yml', () => {
     for (const name of ['postgresql', 'temporal', 'temporal-admin-tools', 'temporal-ui', 'worker']) {
       service(compose, name);
     }
+  });
+
+  it('gives the worker longer to stop than its shutdown grace, so a deploy lets steps in flight finish', () => {
+    const grace = service(loadCompose(), 'worker').stop_grace_period;
+    const seconds = /^(\d+)s$/.exec(grace ?? '')?.[1];
+    assert.ok(seconds !== undefined, `the worker's stop_grace_period should read like "30s", not ${grace}`);
+    assert.ok(
+      Number(seconds) * 1000 >= SHUTDOWN_GRACE_MS + 5_000,
+      `stop_grace_period ${grace} leaves no room after the worker's ${SHUTDOWN_GRACE_MS} ms shutdown grace`,
+    );
   });
 
   it('publishes the same host ports as the embedded dev server', () => {

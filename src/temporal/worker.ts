@@ -18,7 +18,15 @@ export interface PipelineWorkerOptions {
   dataConverter?: DataConverter;
 }
 
-/** A worker that runs the pipeline workflow and its three activities. */
+/**
+ * How long a worker told to stop (SIGTERM: a deploy, `docker compose stop`) lets steps in flight finish before it
+ * cancels them. Without it the SDK cancels at once and the next worker pays again for every model call in flight.
+ * It must stay below the orchestrator's stop timeout (compose's `stop_grace_period: 30s`), or the process is
+ * killed mid-grace; test/docker-compose.test.ts checks the two together.
+ */
+export const SHUTDOWN_GRACE_MS = 25_000;
+
+/** A worker that runs the pipeline workflow and its activities. */
 export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Worker> {
   const { connection, namespace, taskQueue, deps, identity, workflowBundle, dataConverter } = options;
   return Worker.create({
@@ -28,6 +36,7 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
     identity: identity ?? `${process.pid}@${os.hostname()}`,
     activities: createActivities(deps),
     dataConverter,
+    shutdownGraceTime: SHUTDOWN_GRACE_MS,
     ...(workflowBundle !== undefined
       ? { workflowBundle }
       : { workflowsPath: require.resolve('../../workflows') }),
