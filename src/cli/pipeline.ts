@@ -1,6 +1,7 @@
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
+import { exitCodeFor } from '../runs/result-table';
 import { connectClient } from '../temporal/connection';
 
 /** `npm run pipeline -- <files or folders>`: the client only. Submits, waits for `npm run worker`, prints. */
@@ -13,7 +14,7 @@ async function run(): Promise<void> {
   const { client, close } = await connectClient(config);
   try {
     const outcomes = await processDocuments(client, config, paths);
-    if (outcomes.some((o) => o.error !== undefined)) process.exitCode = 1;
+    process.exitCode = exitCodeFor(outcomes);
   } finally {
     await close();
   }

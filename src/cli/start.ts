@@ -2,6 +2,7 @@ import { loadConfig, SAMPLES_DIR } from '../config';
 import { createDependencies } from '../dependencies';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
+import { exitCodeFor } from '../runs/result-table';
 import { connectClient, connectWorker } from '../temporal/connection';
 import { connectOrStartTemporal } from '../temporal/dev-server';
 import { quietSdkLogs } from '../temporal/runtime';
@@ -51,7 +52,7 @@ async function run(): Promise<void> {
     }
     if (target.uiUrl !== undefined)
       console.log(`Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`);
-    if (outcomes.some((o) => o.error !== undefined)) process.exitCode = 1;
+    process.exitCode = exitCodeFor(outcomes);
   } finally {
     close();
     await nativeConnection.close();

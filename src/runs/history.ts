@@ -185,10 +185,14 @@ export interface RunDetails {
   /** Every worker identity the history names: workflow tasks started or completed, activity attempts recorded. */
   identities: string[];
   /** The publish step's receipt, when recorded: `duplicate` means a retry was answered with the first receipt. */
-  publication: { revision: number; duplicate: boolean } | undefined;
+  publication: { revision: number; duplicate: boolean; superseded?: boolean | undefined } | undefined;
 }
 
-const PublishFlagsSchema = z.object({ revision: z.number(), duplicate: z.boolean() });
+const PublishFlagsSchema = z.object({
+  revision: z.number(),
+  duplicate: z.boolean(),
+  superseded: z.boolean().optional(),
+});
 
 /** Reads the run's outcome, worker takeovers and identities from its history. */
 export function runDetails(history: History): RunDetails {

@@ -17,9 +17,7 @@ export function formatReport(
     outcome.closedAt !== undefined && outcome.startedAt !== undefined
       ? `, ${seconds(outcome.closedAt - outcome.startedAt)} after it started`
       : '';
-  const receipt = details.publication
-    ? `; published as revision ${details.publication.revision}${details.publication.duplicate ? ' (a retry, answered with the first receipt)' : ''}`
-    : '';
+  const receipt = describeReceipt(details.publication);
   lines.push(
     outcome.status === 'running'
       ? `Outcome: running (started ${time(outcome.startedAt)})`
@@ -64,4 +62,13 @@ export function formatReport(
     );
   }
   return lines;
+}
+
+/** What the publish step's receipt says, after the run's outcome. A superseded publication is not "published". */
+function describeReceipt(publication: RunDetails['publication']): string {
+  if (publication === undefined) return '';
+  if (publication.superseded === true)
+    return `; SUPERSEDED: a newer run had already published revision ${publication.revision}, this run's publication was not written`;
+  const retry = publication.duplicate ? ' (a retry, answered with the first receipt)' : '';
+  return `; published as revision ${publication.revision}${retry}`;
 }

@@ -15,6 +15,38 @@ export interface DocumentOutcome {
   report: RecoveryReport | undefined;
 }
 
+/** How a document ended: published, superseded (a newer run of it had published first), or failed. */
+export type DocumentStatus = 'published' | 'superseded' | 'failed';
+
+/** The status of one document. A superseded publication was answered, not written: it is never "published". */
+export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
+  if (outcome.result === undefined) return 'failed';
+  return outcome.result.publication.superseded === true ? 'superseded' : 'published';
+}
+
+/**
+ * The exit code of a batch: 1 when a document failed, 3 when none failed but a publication was superseded by a
+ * newer run of its document (nothing to retry, but this batch's text is not what the target holds), else 0.
+ */
+export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
+  const statuses = outcomes.map(documentStatus);
+  if (statuses.includes('failed')) return 1;
+  return statuses.includes('superseded') ? 3 : 0;
+}
+
+/** The status column: `published r2`, `SUPERSEDED by r3`, `FAILED`. */
+function statusCell(outcome: DocumentOutcome): string {
+  const revision = outcome.result?.publication.revision;
+  switch (documentStatus(outcome)) {
+    case 'published':
+      return `published r${revision}`;
+    case 'superseded':
+      return `SUPERSEDED by r${revision}`;
+    case 'failed':
+      return 'FAILED';
+  }
+}
+
 /**
  * The result table `npm start` and `npm run pipeline` end with: one row per document (status, model, tokens and
  * cost, tags) with how each step fared, the failures with their reasons, each summary, and the totals.
@@ -24,7 +56,7 @@ export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line
     const steps = o.report?.steps.map((s) => `${s.step}: ${describeStep(s)}`).join('; ') ?? '-';
     return {
       document: o.title.slice(0, 36),
-      status: o.result ? `published r${o.result.publication.revision}` : 'FAILED',
+      status: statusCell(o),
       model: o.result ? `${o.result.summary.model.provider}` : '-',
       cost: o.result ? describeUsage(modelStepResults(o.result)) : '-',
       tags: o.result ? o.result.tags.tags.join(', ').slice(0, 48) : '-',
@@ -61,9 +93,20 @@ export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line
       );
   }
   const reports = outcomes.flatMap((o) => (o.report ? [o.report] : []));
-  const ok = outcomes.filter((o) => o.result).length;
+  const count = (status: DocumentStatus): number =>
+    outcomes.filter((o) => documentStatus(o) === status).length;
   print('');
-  print(`${ok} of ${outcomes.length} document(s) published, ${outcomes.length - ok} failed.`);
+  const superseded =
+    count('superseded') > 0 ? ` ${count('superseded')} superseded by a newer run (not written),` : '';
+  print(
+    `${count('published')} of ${outcomes.length} document(s) published,${superseded} ${count('failed')} failed.`,
+  );
+  for (const o of outcomes) {
+    if (documentStatus(o) === 'superseded')
+      print(
+        `SUPERSEDED ${o.source}: a newer run had already published revision ${o.result?.publication.revision}`,
+      );
+  }
   const steps = outcomes.flatMap((o) => (o.result ? modelStepResults(o.result) : []));
   print(`Model usage: ${describeUsage(steps)} in total, each answer counted once (memoised ones included).`);
   print(summarizeReports(reports));
