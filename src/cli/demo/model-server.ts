@@ -5,6 +5,7 @@
  * is slow and sensible, the tests' inject 429s, 500s, hangs and junk.
  */
 import http from 'node:http';
+import { z } from 'zod';
 import type { ModelStepName } from '../../contract';
 import { closeServer, listenOnLoopback } from '../../lib/loopback';
 
@@ -117,15 +118,15 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
   };
 }
 
-/** The user message of a chat request: the document text the step sent. */
+const ChatBodySchema = z.object({
+  messages: z.array(z.object({ role: z.string(), content: z.string() })),
+});
+
+/** The user message of a chat request: the document text the step sent; empty when it is no chat request. */
 function userText(body: unknown): string {
-  if (typeof body !== 'object' || body === null || !('messages' in body) || !Array.isArray(body.messages))
-    return '';
-  for (const message of body.messages as unknown[]) {
-    if (typeof message === 'object' && message !== null && 'role' in message && message.role === 'user')
-      return 'content' in message && typeof message.content === 'string' ? message.content : '';
-  }
-  return '';
+  const parsed = ChatBodySchema.safeParse(body);
+  if (!parsed.success) return '';
+  return parsed.data.messages.find((m) => m.role === 'user')?.content ?? '';
 }
 
 /**
