@@ -16,11 +16,9 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { SAMPLES_DIR } from '../src/config';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
-import { BlobStore } from '../src/documents/blobs';
 import { submitDocument } from '../src/runs/submit';
 import { loadConfig } from '../src/config';
 import { createDependencies } from '../src/dependencies';
-import { dataPaths } from '../src/config';
 import { collectDocuments } from '../src/documents/files';
 import { runMain } from '../src/lib/run-main';
 import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
@@ -66,7 +64,7 @@ async function run(): Promise<void> {
   const env = await TestWorkflowEnvironment.createLocal({
     server: { executable: resolveTemporalExecutable('cli', config) },
   });
-  const { deps, close } = createDependencies(config);
+  const { deps, stores, close } = await createDependencies(config);
   try {
     const worker = await createPipelineWorker({
       connection: env.nativeConnection,
@@ -75,7 +73,7 @@ async function run(): Promise<void> {
       deps,
       identity: 'record-histories',
     });
-    const blobs = new BlobStore(dataPaths(dataDir).blobs);
+    const { blobs } = stores;
     const runs: {
       name: string;
       start(): Promise<WorkflowHandle<typeof documentPipeline>>;
@@ -113,7 +111,7 @@ async function run(): Promise<void> {
       }
     });
   } finally {
-    close();
+    await close();
     await env.teardown();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }

@@ -82,6 +82,21 @@ const EnvSchema = z.object({
     .optional()
     .transform((s) => (s === undefined || s === '' ? 'key-1' : s)),
   PAYLOAD_DECRYPTION_KEYS: optionalText,
+  DATABASE_URL: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === '' ? undefined : s))
+    .pipe(z.url({ protocol: /^postgres(ql)?$/, error: 'must be a postgres:// URL' }).optional()),
+  MEMO_LEASE_SECONDS: positiveInt(30),
+  MAX_PROVIDER_ERRORS: positiveInt(6),
+  STEP_BUDGET_MINUTES: positiveInt(60),
+  OPEN_DELIVERY_POLICY: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'auto' : s))
+    .pipe(z.enum(['auto', 'resend', 'hold'])),
 });
 
 export const CONFIG_VARIABLES = EnvSchema.keyof().options;
@@ -94,6 +109,7 @@ export function dataPaths(dataDir: string) {
   return {
     blobs: path.join(dataDir, 'blobs'),
     memo: path.join(dataDir, 'memo.db'),
+    ledger: path.join(dataDir, 'ledger.db'),
     publications: path.join(dataDir, 'publications.db'),
     temporal: path.join(dataDir, 'temporal.db'),
     temporalLog: path.join(dataDir, 'temporal-server.log'),
@@ -130,6 +146,20 @@ export interface Config {
   publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
   publishRequestTimeoutMs: number;
   maxDocumentBytes: number;
+  /** Where blobs, memo, ledger and publications live: SQLite files in the data folder, or one PostgreSQL. */
+  database: { kind: 'sqlite' } | { kind: 'postgres'; url: string };
+  /** How long a model step's claim on its memo entry lives without renewal (a stalled owner loses it then). */
+  memoLeaseMs: number;
+  /** Provider errors (error statuses, timeouts, refused answers) one run's model step may meet before it fails. */
+  maxProviderErrors: number;
+  /** Default overall budget of each step, all retries included: crashes and stalls retry within it, uncapped. */
+  stepBudgetMinutes: number;
+  /**
+   * What a webhook delivery does when it finds an earlier attempt's claim open (sent, never answered): `resend`
+   * (the receiver dedupes by key), `hold` (wait for an operator's verdict), `auto` (resend once the receiver has
+   * echoed a key, hold before).
+   */
+  openDeliveryPolicy: 'auto' | 'resend' | 'hold';
   /** AES-GCM payload encryption settings; off while `key` is unset. Secrets: never log this object. */
   payloadEncryption: { key: string | undefined; keyId: string; retired: string | undefined };
 }
@@ -187,6 +217,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         : { kind: 'sqlite' },
     publishRequestTimeoutMs: e.PUBLISH_REQUEST_TIMEOUT_MS,
     maxDocumentBytes: e.MAX_DOCUMENT_BYTES,
+    database: e.DATABASE_URL !== undefined ? { kind: 'postgres', url: e.DATABASE_URL } : { kind: 'sqlite' },
+    memoLeaseMs: e.MEMO_LEASE_SECONDS * 1000,
+    maxProviderErrors: e.MAX_PROVIDER_ERRORS,
+    stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
+    openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,
     payloadEncryption: {
       key: e.PAYLOAD_ENCRYPTION_KEY,
       keyId: e.PAYLOAD_ENCRYPTION_KEY_ID,

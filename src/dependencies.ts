@@ -1,15 +1,14 @@
 import type { ActivityDependencies } from '../activities';
 import type { Config } from './config';
-import { BlobStore } from './documents/blobs';
 import { blobTextSource } from './documents/text-source';
-import { AnswerMemo } from './model/memo';
 import { OfflineModel } from './model/offline-model';
 import { OpenAICompatibleModel } from './model/openai-compatible';
 import type { DocumentModel } from './model/types';
-import { PublicationStore } from './publisher/publication-store';
-import { SqlitePublisher } from './publisher/sqlite-publisher';
+import { StorePublisher } from './publisher/store-publisher';
 import type { Publisher } from './publisher/types';
 import { WebhookPublisher } from './publisher/webhook-publisher';
+import { openStores } from './store/open';
+import type { Stores } from './store/open';
 
 /** The model chosen by the environment: OpenAI-compatible when OPENAI_BASE_URL is set, else the offline one. */
 export function createModel(config: Config): DocumentModel {
@@ -28,44 +27,44 @@ export type DependencyOverrides = Partial<Pick<ActivityDependencies, 'model' | '
 export interface Dependencies {
   /** What the activities get. */
   deps: ActivityDependencies;
-  blobs: BlobStore;
-  memo: AnswerMemo;
-  /** The SQLite publish target, when the publisher writes there (no webhook, no override). */
-  publications: PublicationStore | undefined;
+  /** The blob store, memo, ledger and publication database of the configured backend. */
+  stores: Stores;
   /** Releases the database handles. */
-  close(): void;
+  close(): Promise<void>;
 }
 
 /**
  * The composition root: the real activity dependencies from configuration. Every worker (npm start, npm run
  * worker, the demo's and the tests' worker processes) is wired here; `overrides` swaps the model or publisher.
  */
-export function createDependencies(config: Config, overrides: DependencyOverrides = {}): Dependencies {
-  const files = config.paths;
-  const blobs = new BlobStore(files.blobs);
-  const memo = new AnswerMemo(files.memo);
-  let publications: PublicationStore | undefined;
+export async function createDependencies(
+  config: Config,
+  overrides: DependencyOverrides = {},
+): Promise<Dependencies> {
+  const stores = await openStores(config);
   const publisher = overrides.publisher ?? createPublisher();
   function createPublisher(): Publisher {
-    if (config.publisher.kind === 'webhook')
-      return new WebhookPublisher(config.publisher.url, config.publishRequestTimeoutMs);
-    publications = new PublicationStore(files.publications);
-    return new SqlitePublisher(publications);
+    if (config.publisher.kind === 'webhook') {
+      return new WebhookPublisher({
+        url: config.publisher.url,
+        timeoutMs: config.publishRequestTimeoutMs,
+        ledger: stores.ledger,
+        openClaimPolicy: config.openDeliveryPolicy,
+      });
+    }
+    return new StorePublisher(stores.publications(), stores.backend);
   }
   return {
     deps: {
       model: overrides.model ?? createModel(config),
       publisher,
-      memo,
-      texts: blobTextSource(blobs, config.maxDocumentBytes),
+      memo: stores.memo,
+      texts: blobTextSource(stores.blobs, config.maxDocumentBytes),
       prices: config.prices,
+      memoLeaseMs: config.memoLeaseMs,
+      maxProviderErrors: config.maxProviderErrors,
     },
-    blobs,
-    memo,
-    publications,
-    close() {
-      memo.close();
-      publications?.close();
-    },
+    stores,
+    close: () => stores.close(),
   };
 }

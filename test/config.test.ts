@@ -135,6 +135,38 @@ describe('loadConfig', () => {
     assertConfigError(() => loadConfig({ OPENAI_API_KEY: 'sk-test' }), /set OPENAI_BASE_URL/);
   });
 
+  it('keeps state in SQLite files unless DATABASE_URL names a PostgreSQL, and reads the fleet settings', () => {
+    const defaults = loadConfig({ DATABASE_URL: '' });
+    assert.deepEqual(defaults.database, { kind: 'sqlite' });
+    assert.equal(defaults.memoLeaseMs, 30_000);
+    assert.equal(defaults.maxProviderErrors, 6);
+    assert.equal(defaults.stepBudgetMinutes, 60);
+    assert.equal(defaults.openDeliveryPolicy, 'auto');
+
+    const url = 'postgres://pipeline:secret@db.internal:5432/pipeline';
+    const fleet = loadConfig({
+      DATABASE_URL: url,
+      MEMO_LEASE_SECONDS: '45',
+      MAX_PROVIDER_ERRORS: '3',
+      STEP_BUDGET_MINUTES: '240',
+      OPEN_DELIVERY_POLICY: 'hold',
+    });
+    assert.deepEqual(fleet.database, { kind: 'postgres', url });
+    assert.equal(fleet.memoLeaseMs, 45_000);
+    assert.equal(fleet.maxProviderErrors, 3);
+    assert.equal(fleet.stepBudgetMinutes, 240);
+    assert.equal(fleet.openDeliveryPolicy, 'hold');
+  });
+
+  it('names DATABASE_URL when it is not a postgres:// URL, and OPEN_DELIVERY_POLICY when it is no policy', () => {
+    assertConfigError(
+      () => loadConfig({ DATABASE_URL: 'mysql://db/pipeline' }),
+      /DATABASE_URL: must be a postgres/,
+    );
+    assertConfigError(() => loadConfig({ DATABASE_URL: 'data/state.db' }), /DATABASE_URL/);
+    assertConfigError(() => loadConfig({ OPEN_DELIVERY_POLICY: 'maybe' }), /OPEN_DELIVERY_POLICY/);
+  });
+
   it('refuses OPENAI_BASE_URL without OPENAI_MODEL', () => {
     assertConfigError(() => loadConfig({ OPENAI_BASE_URL: 'https://api.openai.com/v1' }), /OPENAI_MODEL=/);
   });

@@ -5,11 +5,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadConfig, dataPaths, SAMPLES_DIR } from '../config';
-import { BlobStore } from '../documents/blobs';
+import { FileBlobStore } from '../documents/blobs';
 import { collectDocuments } from '../documents/files';
 import { runMain } from '../lib/run-main';
-import { AnswerMemo } from '../model/memo';
-import { PublicationStore } from '../publisher/publication-store';
+import { SqliteAnswerMemo } from '../model/memo-sqlite';
+import { SqlitePublicationStore } from '../publisher/publication-store';
+import type { PublicationStore } from '../publisher/publication-store';
 import { startReceiver } from '../publisher/receiver';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import type { StepReport } from '../runs/history';
@@ -58,7 +59,7 @@ async function run(): Promise<void> {
   const config = loadConfig();
   const executable = resolveTemporalExecutable('cli', config);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pipeline-crash-demo-'));
-  const store = new PublicationStore(path.join(dataDir, 'publish-target', 'publications.db'));
+  const store = new SqlitePublicationStore(path.join(dataDir, 'publish-target', 'publications.db'));
   const cleanups: (() => Promise<void>)[] = [];
   const workers: WorkerProcess[] = [];
   try {
@@ -87,6 +88,8 @@ async function run(): Promise<void> {
       OPENAI_API_KEY: '',
       MODEL_REQUEST_TIMEOUT_MS: '',
       PUBLISH_WEBHOOK_URL: link.url,
+      // The demo's own stores in its throwaway folder, whatever the shell says: it counts the memo rows there.
+      DATABASE_URL: '',
       // Plain payloads, whatever the shell says: the demo's client and its history reading use no codec.
       PAYLOAD_ENCRYPTION_KEY: '',
       PAYLOAD_ENCRYPTION_KEY_ID: '',
@@ -109,7 +112,7 @@ async function run(): Promise<void> {
     );
 
     const { documents } = collectDocuments([SAMPLES_DIR], config.maxDocumentBytes);
-    const blobs = new BlobStore(dataPaths(dataDir).blobs);
+    const blobs = new FileBlobStore(dataPaths(dataDir).blobs);
     const client = env.client;
     const submissions: Submission[] = [];
     const submitting = (async () => {
@@ -159,10 +162,12 @@ async function run(): Promise<void> {
       }
     }
 
-    const memo = new AnswerMemo(dataPaths(dataDir).memo);
+    const memo = new SqliteAnswerMemo(dataPaths(dataDir).memo);
     try {
-      const revisions = submissions.flatMap((s) => store.revisionsOf(s.document.documentId));
-      const deliveries = store.deliveries();
+      const revisions = (
+        await Promise.all(submissions.map((s) => store.revisionsOf(s.document.documentId)))
+      ).flat();
+      const deliveries = await store.deliveries();
       const duplicates = deliveries.filter((d) => d.outcome === 'duplicate').length;
       const once = revisions.length === submissions.length && revisions.every((r) => r.revision === 1);
       console.log('');
@@ -183,25 +188,25 @@ async function run(): Promise<void> {
       );
       for (const problem of calls.problems) console.log(`PROBLEM: ${problem}`);
       console.log(
-        `Model answers kept (memo rows): ${memo.count()} for ${modelSteps.length} model steps; a retry that ` +
+        `Model answers kept (memo rows): ${await memo.count()} for ${modelSteps.length} model steps; a retry that ` +
           'finds its key there reads the answer back instead of calling the model again.',
       );
       if (calls.late.length > 0 || calls.problems.length > 0) process.exitCode = 1;
       console.log(
-        `Publications: ${store.countPublications()} document(s), ${revisions.length} revision(s): ` +
+        `Publications: ${await store.countPublications()} document(s), ${revisions.length} revision(s): ` +
           `${once ? 'one per document, no duplicates' : 'MORE THAN ONE PER DOCUMENT'}. ` +
           `${deliveries.length} deliveries reached the target, ${duplicates} of them a retry answered with the ` +
           'first receipt.',
       );
       if (!once) process.exitCode = 1;
     } finally {
-      memo.close();
+      await memo.close();
     }
     console.log(`Done in ${at().slice(1)}.`);
   } finally {
     for (const worker of workers) await worker.kill();
     for (const cleanup of cleanups.reverse()) await cleanup();
-    store.close();
+    await store.close();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 }
@@ -272,7 +277,7 @@ async function killWhenHalfway(
     let done = 0;
     let unacknowledged = false;
     const running: string[] = [];
-    const published = new Set(store.deliveries().map((d) => d.documentId));
+    const published = new Set((await store.deliveries()).map((d) => d.documentId));
     for (const s of [...submissions]) {
       const handle = client.workflow.getHandle(s.workflowId);
       const report = recoveryReport(await handle.fetchHistory());

@@ -22,7 +22,7 @@ async function run(): Promise<void> {
   console.log(`Temporal: ${target.address} (${target.origin}), namespace ${target.namespace}`);
   const { client, dataConverter, close: closeClient } = await connectClient(config, { endpoint: target });
   const nativeConnection = await connectWorker(config, target);
-  const { deps, close } = createDependencies(config);
+  const { deps, stores, close } = await createDependencies(config);
   let interrupted = false;
   try {
     const worker = await createPipelineWorker({
@@ -35,7 +35,7 @@ async function run(): Promise<void> {
     console.log(
       `Worker ${worker.options.identity}: model ${deps.model.info.provider}/${deps.model.info.model}, ` +
         `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
-        `data in ${config.dataDir}`,
+        `state in ${stores.backend === 'postgres' ? 'PostgreSQL' : config.dataDir}`,
     );
     // The SDK's runtime shuts the worker down on Ctrl-C (and SIGTERM); here we only say what is kept.
     const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
@@ -45,7 +45,7 @@ async function run(): Promise<void> {
     });
     let outcomes;
     try {
-      outcomes = await worker.runUntil(processDocuments(client, config, paths, { since }));
+      outcomes = await worker.runUntil(processDocuments(client, config, stores.blobs, paths, { since }));
     } catch (err) {
       if (!interrupted) throw err;
       return;
@@ -54,7 +54,7 @@ async function run(): Promise<void> {
       console.log(`Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`);
     process.exitCode = exitCodeFor(outcomes);
   } finally {
-    close();
+    await close();
     await nativeConnection.close();
     await closeClient();
     await target.close();

@@ -1,56 +1,95 @@
-import type Database from 'better-sqlite3';
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { ModelInfoSchema, UsageSchema } from '../contract';
-import { openDatabase } from '../lib/sqlite';
 
-const StoredAnswerSchema = z.object({ value: z.unknown(), usage: UsageSchema, model: ModelInfoSchema });
+export const StoredAnswerSchema = z.object({
+  value: z.unknown(),
+  usage: UsageSchema,
+  model: ModelInfoSchema,
+});
 export type StoredAnswer = z.infer<typeof StoredAnswerSchema>;
 
+/** A paid answer the step refused (cut off, not the asked-for shape): its tokens still count in the run's cost. */
+export const RejectedAnswerSchema = z.object({
+  runId: z.string(),
+  usage: UsageSchema,
+  model: ModelInfoSchema,
+  error: z.string(),
+});
+export type RejectedAnswer = z.infer<typeof RejectedAnswerSchema>;
+export const RejectedListSchema = z.array(RejectedAnswerSchema);
+
+/** Which model request a memo entry answers. */
+export interface MemoRequest {
+  /** `<workflowId>:<step>:<request hash>`: see memoKeyFor. */
+  memoKey: string;
+  workflowId: string;
+  /** The run asking now; provider failures and rejected answers are counted per run. */
+  runId: string;
+  step: string;
+  requestHash: string;
+}
+
+export type Claim =
+  /** The entry holds a paid answer: use it, do not call the model. */
+  | { kind: 'answered'; answer: StoredAnswer }
+  /** The caller owns the entry until its lease runs out: call the model, then complete or release. */
+  | { kind: 'owned'; providerFailures: number; rejected: RejectedAnswer[] }
+  /** Another attempt owns a live lease (it is calling the model now): wait and claim again. */
+  | { kind: 'held'; owner: string; leaseUntil: Date };
+
+/** How an owner gives up its claim without an answer. */
+export interface Release {
+  /** The provider failed (an error status, a timeout): counted toward the run's bounded provider errors. */
+  providerFailure?: boolean;
+  /** The provider answered and was paid, but the answer was refused: kept with its usage, and counted too. */
+  rejected?: RejectedAnswer;
+}
+
 /**
- * Durable memo of received model answers, keyed by the step's idempotency key. An activity writes the answer
- * here before it returns, so a worker that dies after paying for the answer and before Temporal recorded the
- * step does not pay again: the retry (same run ID, same activity ID, same key) reads it back.
+ * The durable memo of paid model answers, shared by every worker of the fleet. A step claims its entry before
+ * it calls the model (dedupe before effect): only the owner of a live lease calls; another attempt that finds the
+ * claim waits for the answer, and takes over only once the lease has run out (its owner died or stalled). The
+ * owner keeps its lease alive while it works, and the answer is stored before the activity returns it.
  */
-export class AnswerMemo {
-  private readonly db: Database.Database;
-
-  constructor(file: string) {
-    this.db = openDatabase(file);
-    this.db.exec(`CREATE TABLE IF NOT EXISTS model_answers (
-      idempotency_key TEXT PRIMARY KEY,
-      step TEXT NOT NULL,
-      answer TEXT NOT NULL,
-      created_at TEXT NOT NULL
-    )`);
-  }
-
-  /** The answer stored under this key, or undefined. */
-  get(key: string): StoredAnswer | undefined {
-    const row = this.db.prepare('SELECT answer FROM model_answers WHERE idempotency_key = ?').get(key);
-    const parsed = z.object({ answer: z.string() }).safeParse(row);
-    if (!parsed.success) return undefined;
-    return StoredAnswerSchema.parse(JSON.parse(parsed.data.answer));
-  }
-
-  /** Stores an answer; a second write under the same key keeps the first (the one that was paid for). */
-  put(key: string, step: string, answer: StoredAnswer): void {
-    this.db
-      .prepare(
-        'INSERT INTO model_answers (idempotency_key, step, answer, created_at) VALUES (?, ?, ?, ?) ' +
-          'ON CONFLICT (idempotency_key) DO NOTHING',
-      )
-      .run(key, step, JSON.stringify(answer), new Date().toISOString());
-  }
-
+export interface AnswerMemo {
+  claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim>;
+  /** Extends the owner's lease; false when the owner no longer holds the entry (its lease ran out and was taken). */
+  renew(memoKey: string, owner: string, leaseMs: number): Promise<boolean>;
+  /** Stores the paid answer and ends the claim. The first answer stored wins and is returned, whoever paid it. */
+  complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer>;
+  /** Ends the owner's claim without an answer; returns the run's provider failures so far. */
+  release(memoKey: string, owner: string, release: Release): Promise<number>;
   /** Number of stored answers (for reports and tests). */
-  count(): number {
-    const row = z
-      .object({ n: z.number() })
-      .parse(this.db.prepare('SELECT count(*) AS n FROM model_answers').get());
-    return row.n;
-  }
+  count(): Promise<number>;
+  /** Deletes entries untouched since `before` whose workflow is not open; returns how many. */
+  sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number>;
+  close(): Promise<void>;
+}
 
-  close(): void {
-    this.db.close();
-  }
+/**
+ * The memo key of one model request: the workflow ID (stable across runs, so a resubmitted document reuses what
+ * a failed run paid for), the step, and a hash of everything that shapes the answer: the step's input, the model
+ * and the prompt version. A different request (another chunk, other options, a new prompt) is a different key.
+ */
+export function memoRequestHash(parts: {
+  step: string;
+  input: unknown;
+  model: unknown;
+  promptVersion: string;
+}): string {
+  return createHash('sha256').update(canonicalJson(parts)).digest('hex');
+}
+
+export function memoKeyFor(workflowId: string, step: string, requestHash: string): string {
+  return `${workflowId}:${step}:${requestHash.slice(0, 32)}`;
+}
+
+/** JSON with object keys sorted, so equal values always hash equally. */
+function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b)))
+      : v,
+  );
 }

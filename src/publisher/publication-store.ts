@@ -3,8 +3,8 @@ import { z } from 'zod';
 import { openDatabase } from '../lib/sqlite';
 import type { Publication, Receipt } from './types';
 
-const RevisionRowSchema = z.object({ document_id: z.string(), revision: z.number() });
-const LatestRowSchema = z.object({ revision: z.number(), scheduled_at: z.number().nullable() });
+export const RevisionRowSchema = z.object({ document_id: z.string(), revision: z.number() });
+export const LatestRowSchema = z.object({ revision: z.number(), scheduled_at: z.number().nullable() });
 const CountSchema = z.object({ n: z.number() });
 const OUTCOMES = ['created', 'duplicate', 'stale'] as const;
 
@@ -28,15 +28,36 @@ export interface CurrentPublication {
 
 /**
  * The publish target's database: one row per document (the latest revision), one row per revision, and every
+ * delivery attempt. A key never writes twice; a new key for a known document becomes its next revision unless it
+ * comes from a run older than the publication already there (then it is answered as superseded, never written).
+ */
+export interface PublicationStore {
+  /** Where it keeps its rows, for messages. */
+  readonly where: string;
+  /** Writes the publication under this key in one transaction, or answers with the receipt the key already has. */
+  publish(publication: Publication, idempotencyKey: string): Promise<Receipt>;
+  /** Number of documents published (one row per document ID, whatever its revision). */
+  countPublications(): Promise<number>;
+  /** The current (latest accepted) publication of a document, or undefined if it was never published. */
+  currentPublication(documentId: string): Promise<CurrentPublication | undefined>;
+  /** All revisions of one document, oldest first. */
+  revisionsOf(documentId: string): Promise<{ revision: number; idempotencyKey: string }[]>;
+  /** Every delivery attempt that reached the store, in order: the evidence that retries reused one key. */
+  deliveries(): Promise<DeliveryRow[]>;
+  close(): Promise<void>;
+}
+
+/**
+ * The publication database in one SQLite file: one row per document (the latest revision), one row per revision, and every
  * delivery attempt. The idempotency key is written in the same transaction as the revision it produced, so a key
  * never writes twice, and a new key for a known document (a workflow reset) becomes its next revision, unless its
  * `scheduledAt` is older than that of the publication already there: then it comes from a run a newer one replaced
  * (a zombie worker still retrying, a request that arrived late) and is answered as superseded, never written.
  */
-export class PublicationStore {
+export class SqlitePublicationStore implements PublicationStore {
   private readonly db: Database.Database;
 
-  constructor(file: string) {
+  constructor(private readonly file: string) {
     this.db = openDatabase(file);
     this.db.exec(`
       CREATE TABLE IF NOT EXISTS publications (
@@ -76,13 +97,11 @@ export class PublicationStore {
     addOrderColumn.immediate();
   }
 
-  /**
-   * Upserts the publication under this key in one transaction; a key seen before returns its first receipt. A new
-   * key whose `scheduledAt` is older than the current publication's is recorded as a `stale` delivery and answered
-   * with the current revision and `superseded: true`. Without `scheduledAt` on either side, a new key always
-   * becomes the next revision (publications from before the ordering existed).
-   */
-  publish(publication: Publication, idempotencyKey: string): Receipt {
+  get where(): string {
+    return this.file;
+  }
+
+  async publish(publication: Publication, idempotencyKey: string): Promise<Receipt> {
     const now = new Date().toISOString();
     const run = this.db.transaction((): Receipt => {
       const seen = RevisionRowSchema.safeParse(
@@ -90,67 +109,55 @@ export class PublicationStore {
           .prepare('SELECT document_id, revision FROM revisions WHERE idempotency_key = ?')
           .get(idempotencyKey),
       );
-      if (seen.success) {
-        this.recordDelivery(idempotencyKey, seen.data.document_id, 'duplicate', now);
-        return { documentId: seen.data.document_id, revision: seen.data.revision, duplicate: true };
-      }
       const latest = LatestRowSchema.safeParse(
         this.db
           .prepare('SELECT revision, scheduled_at FROM publications WHERE document_id = ?')
           .get(publication.documentId),
       );
-      const scheduledAt = publication.scheduledAt ?? null;
-      if (
-        latest.success &&
-        latest.data.scheduled_at !== null &&
-        scheduledAt !== null &&
-        scheduledAt < latest.data.scheduled_at
-      ) {
-        this.recordDelivery(idempotencyKey, publication.documentId, 'stale', now);
-        return {
-          documentId: publication.documentId,
-          revision: latest.data.revision,
-          duplicate: false,
-          superseded: true,
-        };
+      const decision = decidePublication(
+        publication,
+        seen.success ? seen.data : undefined,
+        latest.success ? latest.data : undefined,
+      );
+      const { receipt } = decision;
+      if (decision.outcome === 'created') {
+        this.db
+          .prepare(
+            'INSERT INTO revisions (document_id, revision, idempotency_key, payload, published_at) VALUES (?, ?, ?, ?, ?)',
+          )
+          .run(publication.documentId, receipt.revision, idempotencyKey, JSON.stringify(publication), now);
+        this.db
+          .prepare(
+            `INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
+             VALUES (@documentId, @revision, @title, @summary, @tags, @now, @scheduledAt)
+             ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
+               summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
+               scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
+          )
+          .run({
+            documentId: publication.documentId,
+            revision: receipt.revision,
+            title: publication.title,
+            summary: publication.summary,
+            tags: JSON.stringify(publication.tags),
+            now,
+            scheduledAt: publication.scheduledAt ?? null,
+          });
       }
-      const revision = latest.success ? latest.data.revision + 1 : 1;
-      this.db
-        .prepare(
-          'INSERT INTO revisions (document_id, revision, idempotency_key, payload, published_at) VALUES (?, ?, ?, ?, ?)',
-        )
-        .run(publication.documentId, revision, idempotencyKey, JSON.stringify(publication), now);
-      this.db
-        .prepare(
-          `INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
-           VALUES (@documentId, @revision, @title, @summary, @tags, @now, @scheduledAt)
-           ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
-             summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
-             scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
-        )
-        .run({
-          documentId: publication.documentId,
-          revision,
-          title: publication.title,
-          summary: publication.summary,
-          tags: JSON.stringify(publication.tags),
-          now,
-          scheduledAt,
-        });
-      this.recordDelivery(idempotencyKey, publication.documentId, 'created', now);
-      return { documentId: publication.documentId, revision, duplicate: false };
+      this.recordDelivery(idempotencyKey, receipt.documentId, decision.outcome, now);
+      return receipt;
     });
     // IMMEDIATE takes the write lock up front, so two workers racing on one key serialise instead of deadlocking.
     return run.immediate();
   }
 
   /** Number of documents published (one row per document ID, whatever its revision). */
-  countPublications(): number {
+  async countPublications(): Promise<number> {
     return CountSchema.parse(this.db.prepare('SELECT count(*) AS n FROM publications').get()).n;
   }
 
   /** The current (latest accepted) publication of a document, or undefined if it was never published. */
-  currentPublication(documentId: string): CurrentPublication | undefined {
+  async currentPublication(documentId: string): Promise<CurrentPublication | undefined> {
     const row = this.db
       .prepare(
         'SELECT document_id, revision, title, summary, tags, scheduled_at FROM publications WHERE document_id = ?',
@@ -178,7 +185,7 @@ export class PublicationStore {
   }
 
   /** All revisions of one document, oldest first. */
-  revisionsOf(documentId: string): { revision: number; idempotencyKey: string }[] {
+  async revisionsOf(documentId: string): Promise<{ revision: number; idempotencyKey: string }[]> {
     const rows = this.db
       .prepare('SELECT revision, idempotency_key FROM revisions WHERE document_id = ? ORDER BY revision')
       .all(documentId);
@@ -189,26 +196,11 @@ export class PublicationStore {
   }
 
   /** Every delivery attempt that reached the store, in order: the evidence that retries reused one key. */
-  deliveries(): DeliveryRow[] {
+  async deliveries(): Promise<DeliveryRow[]> {
     const rows = this.db
       .prepare('SELECT idempotency_key, document_id, outcome, received_at FROM deliveries ORDER BY id')
       .all();
-    return z
-      .array(
-        z.object({
-          idempotency_key: z.string(),
-          document_id: z.string(),
-          outcome: z.enum(OUTCOMES),
-          received_at: z.string(),
-        }),
-      )
-      .parse(rows)
-      .map((r) => ({
-        idempotencyKey: r.idempotency_key,
-        documentId: r.document_id,
-        outcome: r.outcome,
-        receivedAt: r.received_at,
-      }));
+    return deliveryRows(rows);
   }
 
   private recordDelivery(
@@ -224,7 +216,64 @@ export class PublicationStore {
       .run(key, documentId, outcome, now);
   }
 
-  close(): void {
+  async close(): Promise<void> {
     this.db.close();
+    return;
   }
+}
+
+/**
+ * What a delivery does, from what the store holds: a key seen before gets its first receipt back (`duplicate`); a
+ * new key whose `scheduledAt` is older than the current publication's comes from a run a newer one replaced (a
+ * zombie worker, a late request) and is answered with the current revision and `superseded: true` (`stale`);
+ * any other new key writes the next revision (`created`). Without `scheduledAt` on either side a new key always
+ * writes: publications from before the ordering existed. Both backends decide here.
+ */
+export function decidePublication(
+  publication: Publication,
+  seen: { document_id: string; revision: number } | undefined,
+  latest: { revision: number; scheduled_at: number | null } | undefined,
+): { outcome: DeliveryRow['outcome']; receipt: Receipt } {
+  if (seen !== undefined) {
+    return {
+      outcome: 'duplicate',
+      receipt: { documentId: seen.document_id, revision: seen.revision, duplicate: true },
+    };
+  }
+  const scheduledAt = publication.scheduledAt ?? null;
+  if (latest?.scheduled_at != null && scheduledAt !== null && scheduledAt < latest.scheduled_at) {
+    return {
+      outcome: 'stale',
+      receipt: {
+        documentId: publication.documentId,
+        revision: latest.revision,
+        duplicate: false,
+        superseded: true,
+      },
+    };
+  }
+  return {
+    outcome: 'created',
+    receipt: { documentId: publication.documentId, revision: (latest?.revision ?? 0) + 1, duplicate: false },
+  };
+}
+
+/** Parses delivery rows (same columns in both backends) into DeliveryRow objects. */
+export function deliveryRows(rows: unknown): DeliveryRow[] {
+  return z
+    .array(
+      z.object({
+        idempotency_key: z.string(),
+        document_id: z.string(),
+        outcome: z.enum(OUTCOMES),
+        received_at: z.union([z.string(), z.date()]),
+      }),
+    )
+    .parse(rows)
+    .map((r) => ({
+      idempotencyKey: r.idempotency_key,
+      documentId: r.document_id,
+      outcome: r.outcome,
+      receivedAt: typeof r.received_at === 'string' ? r.received_at : r.received_at.toISOString(),
+    }));
 }

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Client } from '@temporalio/client';
-import { BlobStore } from '../documents/blobs';
+import type { BlobStore } from '../documents/blobs';
 import { followProgress, submitDocument } from './submit';
 import type { Submission } from './submit';
 import type { Config } from '../config';
@@ -21,11 +21,11 @@ import type { RecoveryReport } from './history';
 export async function processDocuments(
   client: Client,
   config: Config,
+  blobs: BlobStore,
   paths: readonly string[],
   { since = Date.now(), print = console.log }: { since?: number; print?: (line: string) => void } = {},
 ): Promise<DocumentOutcome[]> {
   const { documents, rejected } = collectDocuments(paths, config.maxDocumentBytes);
-  const blobs = new BlobStore(config.paths.blobs);
   const outcomes: DocumentOutcome[] = rejected.map((r) => ({
     source: r.source,
     title: path.basename(r.source),
@@ -39,7 +39,9 @@ export async function processDocuments(
   for (const document of documents) {
     let submission: Submission;
     try {
-      submission = await submitDocument(client, blobs, config.taskQueue, document);
+      submission = await submitDocument(client, blobs, config.taskQueue, document, {
+        stepBudgetMinutes: config.stepBudgetMinutes,
+      });
     } catch (err) {
       // One document the server would not take (say, a bad task queue name) must not sink the others.
       const error = `could not be submitted: ${rootMessage(err)}`;
@@ -59,6 +61,7 @@ export async function processDocuments(
       new: 'started',
       running: 'resuming the run already under way',
       completed: 'already done earlier',
+      replaced: 'replacing the run of the previous version',
     }[submission.attachedTo];
     print(`${document.source} -> ${submission.workflowId} (${note})`);
   }

@@ -21,7 +21,7 @@ export async function servePipeline(
 ): Promise<void> {
   const endpoint = configuredEndpoint(config);
   const connection = await connectWorker(config, endpoint);
-  const parts = createDependencies(config);
+  const parts = await createDependencies(config);
   const deps = adjust ? adjust(parts.deps) : parts.deps;
   try {
     const worker = await createPipelineWorker({
@@ -35,11 +35,11 @@ export async function servePipeline(
     console.log(
       `Worker ${worker.options.identity} polling task queue "${config.taskQueue}" on ${endpoint.address} ` +
         `(namespace ${endpoint.namespace}; model ${deps.model.info.provider}/${deps.model.info.model}; ` +
-        `publisher ${deps.publisher.kind}). Ctrl-C stops it; unfinished steps resume on the next worker.`,
+        `publisher ${deps.publisher.kind}; state in ${parts.stores.backend}). Ctrl-C stops it; unfinished steps resume on the next worker.`,
     );
     await worker.run();
   } finally {
-    parts.close();
+    await parts.close();
     await connection.close();
   }
 }

@@ -1,0 +1,60 @@
+import type { Config } from '../config';
+import { FileBlobStore } from '../documents/blobs';
+import type { BlobStore } from '../documents/blobs';
+import { PostgresBlobStore } from '../documents/blobs-postgres';
+import type { AnswerMemo } from '../model/memo';
+import { PostgresAnswerMemo } from '../model/memo-postgres';
+import { SqliteAnswerMemo } from '../model/memo-sqlite';
+import { SqliteDeliveryLedger } from '../publisher/ledger';
+import type { DeliveryLedger } from '../publisher/ledger';
+import { PostgresDeliveryLedger } from '../publisher/ledger-postgres';
+import { SqlitePublicationStore } from '../publisher/publication-store';
+import type { PublicationStore } from '../publisher/publication-store';
+import { PostgresPublicationStore } from '../publisher/publication-store-postgres';
+import { openPostgres } from './postgres';
+
+/** The state the pipeline keeps, in one backend: the embedded SQLite files, or the fleet's PostgreSQL. */
+export interface Stores {
+  backend: 'sqlite' | 'postgres';
+  blobs: BlobStore;
+  memo: AnswerMemo;
+  ledger: DeliveryLedger;
+  /** The built-in publish target's database, opened on first use (a webhook deployment never opens it). */
+  publications(): PublicationStore;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the stores the configuration names. With DATABASE_URL they share one PostgreSQL pool (the schema brought
+ * up to date first); without it each is a file in DATA_DIR, which only processes on this machine can share.
+ */
+export async function openStores(config: Config): Promise<Stores> {
+  if (config.database.kind === 'postgres') {
+    const pool = await openPostgres(config.database.url);
+    const publications = new PostgresPublicationStore(pool);
+    return {
+      backend: 'postgres',
+      blobs: new PostgresBlobStore(pool),
+      memo: new PostgresAnswerMemo(pool),
+      ledger: new PostgresDeliveryLedger(pool),
+      publications: () => publications,
+      close: () => pool.end(),
+    };
+  }
+  const files = config.paths;
+  const memo = new SqliteAnswerMemo(files.memo);
+  const ledger = new SqliteDeliveryLedger(files.ledger);
+  let publications: SqlitePublicationStore | undefined;
+  return {
+    backend: 'sqlite',
+    blobs: new FileBlobStore(files.blobs),
+    memo,
+    ledger,
+    publications: () => (publications ??= new SqlitePublicationStore(files.publications)),
+    async close() {
+      await memo.close();
+      await ledger.close();
+      await publications?.close();
+    },
+  };
+}

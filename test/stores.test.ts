@@ -1,0 +1,688 @@
+/**
+ * The stores' contract, written once and run against both backends: the SQLite files of one machine and the
+ * fleet's PostgreSQL. Each test gets empty stores of its own (a scratch folder, or a fresh schema of the file's
+ * database), so counts and sweeps see only what the test wrote. Then what only PostgreSQL has: versioned
+ * migrations, each test on a database of its own.
+ */
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ModelInfo } from '../src/contract';
+import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
+import type { BlobStore } from '../src/documents/blobs';
+import { PostgresBlobStore } from '../src/documents/blobs-postgres';
+import { memoKeyFor, memoRequestHash } from '../src/model/memo';
+import type { AnswerMemo, Claim, MemoRequest, RejectedAnswer, StoredAnswer } from '../src/model/memo';
+import { PostgresAnswerMemo } from '../src/model/memo-postgres';
+import { SqliteAnswerMemo } from '../src/model/memo-sqlite';
+import { SqliteDeliveryLedger } from '../src/publisher/ledger';
+import type { DeliveryLedger, LedgerClaim, LedgerEntry } from '../src/publisher/ledger';
+import { PostgresDeliveryLedger } from '../src/publisher/ledger-postgres';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
+import { PostgresPublicationStore } from '../src/publisher/publication-store-postgres';
+import type { Publication, Receipt } from '../src/publisher/types';
+import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
+import type { Migration } from '../src/store/migrations';
+import { migrate, openPostgres } from '../src/store/postgres';
+import type { Pool } from '../src/store/postgres';
+import { cleanupAfterAll, scratchDir } from './helpers';
+import { freshDatabase, freshSchema } from './postgres';
+
+const defer = cleanupAfterAll();
+
+/** The four stores on one empty location. */
+interface OpenStores {
+  blobs: BlobStore;
+  memo: AnswerMemo;
+  ledger: DeliveryLedger;
+  publications: PublicationStore;
+  /** Replaces a blob's stored bytes behind the store's back, as a damaged disk or a stray UPDATE would. */
+  damageBlob(ref: string, bytes: Uint8Array): Promise<void>;
+  close(): Promise<void>;
+}
+
+interface Backend {
+  name: string;
+  /** Opens the stores on a fresh, empty location, removed after the file's tests. */
+  open(): Promise<OpenStores>;
+}
+
+const sqliteFiles: Backend = {
+  name: 'SQLite files',
+  open() {
+    const dir = scratchDir(defer, 'stores-test-');
+    const blobDir = path.join(dir, 'blobs');
+    const memo = new SqliteAnswerMemo(path.join(dir, 'memo.sqlite'));
+    const ledger = new SqliteDeliveryLedger(path.join(dir, 'ledger.sqlite'));
+    const publications = new SqlitePublicationStore(path.join(dir, 'publications.sqlite'));
+    return Promise.resolve({
+      blobs: new FileBlobStore(blobDir),
+      memo,
+      ledger,
+      publications,
+      damageBlob(ref, bytes) {
+        // Found by its name, so this test does not spell the store's folder layout a second time.
+        const hex = ref.replace(/^sha256:/, '');
+        const entries = fs.readdirSync(blobDir, { recursive: true, encoding: 'utf8' });
+        const file = entries.find((entry) => path.basename(entry) === hex);
+        assert.ok(file !== undefined, `no file for ${ref} under ${blobDir}`);
+        fs.writeFileSync(path.join(blobDir, file), bytes);
+        return Promise.resolve();
+      },
+      async close() {
+        await memo.close();
+        await ledger.close();
+        await publications.close();
+      },
+    });
+  },
+};
+
+const postgres: Backend = {
+  name: 'PostgreSQL',
+  async open() {
+    const pool = await openPostgres(await freshSchema(defer));
+    return {
+      blobs: new PostgresBlobStore(pool),
+      memo: new PostgresAnswerMemo(pool),
+      ledger: new PostgresDeliveryLedger(pool),
+      publications: new PostgresPublicationStore(pool),
+      async damageBlob(ref, bytes) {
+        const result = await pool.query('UPDATE blobs SET bytes = $2 WHERE ref = $1', [
+          ref,
+          Buffer.from(bytes),
+        ]);
+        assert.equal(result.rowCount, 1, `no row for ${ref}`);
+      },
+      close: () => pool.end(),
+    };
+  },
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Values the tests store
+// ---------------------------------------------------------------------------------------------------------------
+
+const MODEL: ModelInfo = { provider: 'offline', model: 'offline-test' };
+const LEASE_MS = 60_000;
+/** A lease short enough to wait out. */
+const SHORT_LEASE_MS = 200;
+/** A sweep cutoff after everything the test stored: all of it counts as old. */
+const everythingOld = (): Date => new Date(Date.now() + 1_000);
+/** A sweep cutoff before anything the test stored: none of it counts as old. */
+const nothingOld = (): Date => new Date(Date.now() - 60_000);
+
+function storedAnswer(value: string): StoredAnswer {
+  return { value, usage: { inputTokens: 120, outputTokens: 30 }, model: MODEL };
+}
+
+function rejectedAnswer(runId: string): RejectedAnswer {
+  return {
+    runId,
+    usage: { inputTokens: 120, outputTokens: 500 },
+    model: MODEL,
+    error: 'cut off at max tokens',
+  };
+}
+
+/** The summarize request of one input in a fresh workflow, keyed as the model steps key it. */
+function memoRequest({
+  workflowId = `wf-${randomUUID()}`,
+  runId = 'run-1',
+  input = 'chunk 1',
+} = {}): MemoRequest {
+  const step = 'summarize';
+  const requestHash = memoRequestHash({ step, input, model: MODEL, promptVersion: 'v1' });
+  return { memoKey: memoKeyFor(workflowId, step, requestHash), workflowId, runId, step, requestHash };
+}
+
+/** A claim without a held lease's deadline (a time no test can predict), to compare with deepEqual. */
+function outcome(claim: Claim): unknown {
+  return claim.kind === 'held' ? { kind: 'held', owner: claim.owner } : claim;
+}
+
+const OWNED_FRESH: Claim = { kind: 'owned', providerFailures: 0, rejected: [] };
+
+/** The publish delivery of a fresh workflow. */
+function delivery(): { idempotencyKey: string; workflowId: string; documentId: string } {
+  const workflowId = `wf-${randomUUID()}`;
+  return { idempotencyKey: `${workflowId}/run-1:publish`, workflowId, documentId: 'doc-1' };
+}
+
+/** The entry of an open ledger claim; fails the test for any other claim. */
+function openEntry(claim: LedgerClaim): LedgerEntry {
+  assert.ok(claim.kind === 'open', `expected an open claim, got ${JSON.stringify(claim)}`);
+  return claim.entry;
+}
+
+function publication(documentId: string, fields: Partial<Publication> = {}): Publication {
+  return {
+    documentId,
+    title: 'Checkpoints',
+    textRef: blobRefOf(Buffer.from(documentId)),
+    summary: 'Restarts skip finished steps.',
+    tags: ['checkpoints'],
+    model: MODEL,
+    ...fields,
+  };
+}
+
+const newDocumentId = (): string => `doc-${randomUUID()}`;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The contract
+// ---------------------------------------------------------------------------------------------------------------
+
+/** What every backend's stores must do. */
+function storeContract(backend: Backend): void {
+  describe(backend.name, () => {
+    let stores: OpenStores;
+    beforeEach(async () => {
+      stores = await backend.open();
+    });
+    afterEach(() => stores.close());
+
+    describe('blobs', () => {
+      it('gives back the bytes it stored, under their content hash', async () => {
+        const bytes = Buffer.from('# Checkpoints\n\nRestarts skip finished steps.');
+        const ref = await stores.blobs.put(bytes);
+        assert.equal(ref, blobRefOf(bytes));
+        assert.deepEqual(await stores.blobs.get(ref), bytes);
+      });
+
+      it('stores the same bytes once, under the same reference', async () => {
+        const first = await stores.blobs.put(Buffer.from('same text'));
+        assert.equal(await stores.blobs.put(Buffer.from('same text')), first);
+        assert.notEqual(await stores.blobs.put(Buffer.from('other text')), first);
+        assert.equal(
+          await stores.blobs.sweep(everythingOld(), new Set()),
+          2,
+          'the same bytes were stored twice',
+        );
+      });
+
+      it('answers undefined for a reference it does not have', async () => {
+        assert.equal(await stores.blobs.get(blobRefOf(Buffer.from('never stored'))), undefined);
+      });
+
+      it('refuses damaged bytes, naming the reference', async () => {
+        const ref = await stores.blobs.put(Buffer.from('the original text'));
+        await stores.damageBlob(ref, Buffer.from('the damaged text'));
+        await assert.rejects(stores.blobs.get(ref), { message: new RegExp(`blob ${ref} is corrupt`) });
+      });
+
+      it('sweeps old blobs nobody keeps, never kept or recent ones', async () => {
+        const kept = await stores.blobs.put(Buffer.from('kept: a workflow still reads it'));
+        const dropped = await stores.blobs.put(Buffer.from('dropped'));
+        assert.equal(await stores.blobs.sweep(nothingOld(), new Set()), 0, 'a recent blob was swept');
+        assert.equal(await stores.blobs.sweep(everythingOld(), new Set([kept])), 1);
+        assert.equal(await stores.blobs.get(dropped), undefined);
+        assert.deepEqual(await stores.blobs.get(kept), Buffer.from('kept: a workflow still reads it'));
+      });
+    });
+
+    describe('model-answer memo', () => {
+      it('gives a fresh entry to its first claimer', async () => {
+        assert.deepEqual(await stores.memo.claim(memoRequest(), 'worker-a', LEASE_MS), OWNED_FRESH);
+      });
+
+      it('holds a live claim against other owners, naming the owner', async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        const claim = await stores.memo.claim(request, 'worker-b', LEASE_MS);
+        assert.deepEqual(outcome(claim), { kind: 'held', owner: 'worker-a' });
+        assert.ok(claim.kind === 'held' && claim.leaseUntil > new Date(), 'the held lease is not live');
+      });
+
+      it('answers every later claim, of any owner or run, once completed', async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        const answer = storedAnswer('Restarts skip finished steps.');
+        assert.deepEqual(await stores.memo.complete(request.memoKey, answer), answer);
+        for (const [owner, runId] of [
+          ['worker-a', 'run-1'],
+          ['worker-b', 'run-1'],
+          ['worker-c', 'run-2'],
+        ] as const) {
+          assert.deepEqual(await stores.memo.claim({ ...request, runId }, owner, LEASE_MS), {
+            kind: 'answered',
+            answer,
+          });
+        }
+      });
+
+      it('keeps the first answer when completed twice, and returns it to the second', async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        const first = storedAnswer('first');
+        await stores.memo.complete(request.memoKey, first);
+        assert.deepEqual(await stores.memo.complete(request.memoKey, storedAnswer('second')), first);
+        assert.deepEqual(await stores.memo.claim(request, 'worker-b', LEASE_MS), {
+          kind: 'answered',
+          answer: first,
+        });
+      });
+
+      it('lets another owner take over once the lease has run out', async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', SHORT_LEASE_MS);
+        assert.equal((await stores.memo.claim(request, 'worker-b', LEASE_MS)).kind, 'held');
+        await sleep(SHORT_LEASE_MS + 100);
+        assert.deepEqual(await stores.memo.claim(request, 'worker-b', LEASE_MS), OWNED_FRESH);
+        assert.deepEqual(outcome(await stores.memo.claim(request, 'worker-a', LEASE_MS)), {
+          kind: 'held',
+          owner: 'worker-b',
+        });
+      });
+
+      it("keeps a renewed claim past the lease's first deadline", async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', SHORT_LEASE_MS);
+        await sleep(SHORT_LEASE_MS / 2);
+        assert.equal(await stores.memo.renew(request.memoKey, 'worker-a', LEASE_MS), true);
+        await sleep(SHORT_LEASE_MS);
+        assert.deepEqual(outcome(await stores.memo.claim(request, 'worker-b', LEASE_MS)), {
+          kind: 'held',
+          owner: 'worker-a',
+        });
+      });
+
+      it('refuses to renew for an owner that does not hold the entry', async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        assert.equal(await stores.memo.renew(request.memoKey, 'worker-b', LEASE_MS), false);
+        await stores.memo.complete(request.memoKey, storedAnswer('done'));
+        assert.equal(
+          await stores.memo.renew(request.memoKey, 'worker-a', LEASE_MS),
+          false,
+          'renewed an answer',
+        );
+      });
+
+      it("counts the run's provider failures on release, freeing the claim for the next attempt", async () => {
+        const request = memoRequest();
+        await stores.memo.claim(request, 'attempt-1', LEASE_MS);
+        assert.equal(await stores.memo.release(request.memoKey, 'attempt-1', { providerFailure: true }), 1);
+        assert.deepEqual(await stores.memo.claim(request, 'attempt-2', LEASE_MS), {
+          kind: 'owned',
+          providerFailures: 1,
+          rejected: [],
+        });
+        assert.equal(await stores.memo.release(request.memoKey, 'attempt-2', { providerFailure: true }), 2);
+      });
+
+      it('keeps a rejected answer on release and hands it to the next claim of the run', async () => {
+        const request = memoRequest();
+        const rejected = rejectedAnswer(request.runId);
+        await stores.memo.claim(request, 'attempt-1', LEASE_MS);
+        assert.equal(await stores.memo.release(request.memoKey, 'attempt-1', { rejected }), 1);
+        assert.deepEqual(await stores.memo.claim(request, 'attempt-2', LEASE_MS), {
+          kind: 'owned',
+          providerFailures: 1,
+          rejected: [rejected],
+        });
+      });
+
+      it("starts a new run's claim with no provider failures and no rejected answers", async () => {
+        const request = memoRequest({ runId: 'run-1' });
+        await stores.memo.claim(request, 'attempt-1', LEASE_MS);
+        await stores.memo.release(request.memoKey, 'attempt-1', { rejected: rejectedAnswer('run-1') });
+        await stores.memo.claim(request, 'attempt-2', LEASE_MS);
+        await stores.memo.release(request.memoKey, 'attempt-2', { providerFailure: true });
+        assert.deepEqual(
+          await stores.memo.claim({ ...request, runId: 'run-2' }, 'attempt-3', LEASE_MS),
+          OWNED_FRESH,
+        );
+        assert.equal(await stores.memo.release(request.memoKey, 'attempt-3', { providerFailure: true }), 1);
+      });
+
+      it('misses for another request of the same workflow and step', async () => {
+        const answered = memoRequest({ input: 'chunk 1' });
+        await stores.memo.claim(answered, 'worker-a', LEASE_MS);
+        await stores.memo.complete(answered.memoKey, storedAnswer('chunk 1, summarized'));
+        const other = memoRequest({ workflowId: answered.workflowId, input: 'chunk 2' });
+        assert.notEqual(other.memoKey, answered.memoKey);
+        assert.deepEqual(await stores.memo.claim(other, 'worker-a', LEASE_MS), OWNED_FRESH);
+      });
+
+      it('counts answered entries only', async () => {
+        const requests = [memoRequest(), memoRequest(), memoRequest()];
+        for (const request of requests) await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        for (const request of requests.slice(1)) {
+          await stores.memo.complete(request.memoKey, storedAnswer('answered'));
+        }
+        assert.equal(await stores.memo.count(), 2);
+      });
+
+      it("sweeps old entries of closed workflows, answered or not, keeping open workflows' entries", async () => {
+        const ofOpenWorkflow = memoRequest();
+        const answered = memoRequest();
+        const unanswered = memoRequest();
+        const answer = storedAnswer('answered');
+        for (const request of [ofOpenWorkflow, answered, unanswered]) {
+          await stores.memo.claim(request, 'worker-a', LEASE_MS);
+        }
+        await stores.memo.complete(ofOpenWorkflow.memoKey, answer);
+        await stores.memo.complete(answered.memoKey, answer);
+        const open = new Set([ofOpenWorkflow.workflowId]);
+        assert.equal(await stores.memo.sweep(nothingOld(), open), 0, 'a recent entry was swept');
+        assert.equal(await stores.memo.sweep(everythingOld(), open), 2);
+        assert.deepEqual(await stores.memo.claim(ofOpenWorkflow, 'worker-b', LEASE_MS), {
+          kind: 'answered',
+          answer,
+        });
+        assert.deepEqual(await stores.memo.claim(answered, 'worker-b', LEASE_MS), OWNED_FRESH);
+      });
+
+      /** Ten owners claim `request` at once: exactly one owns it, the others see it held by that one. */
+      async function claimedByOneOfTen(request: MemoRequest): Promise<string> {
+        const owners = Array.from({ length: 10 }, (_, i) => `worker-${i}`);
+        const claims = await Promise.all(owners.map((owner) => stores.memo.claim(request, owner, LEASE_MS)));
+        const winners = owners.filter((_, i) => claims[i]?.kind === 'owned');
+        assert.equal(winners.length, 1, `owned by ${winners.join(', ')}`);
+        assert.deepEqual(
+          claims.filter((claim) => claim.kind !== 'owned').map(outcome),
+          Array.from({ length: 9 }, () => ({ kind: 'held', owner: winners[0] })),
+        );
+        return winners[0] ?? '';
+      }
+
+      it('gives an entry to exactly one of many concurrent claimers, fresh or freed', async () => {
+        const request = memoRequest();
+        const first = await claimedByOneOfTen(request);
+        await stores.memo.release(request.memoKey, first, { providerFailure: true });
+        await claimedByOneOfTen(request);
+      });
+    });
+
+    describe('delivery ledger', () => {
+      const receipt: Receipt = { documentId: 'doc-1', revision: 1, duplicate: false };
+
+      it('lets the first claimer POST and shows later ones its open claim', async () => {
+        const d = delivery();
+        assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
+        const { updatedAt, ...entry } = openEntry(await stores.ledger.claim(d, 'attempt-2'));
+        assert.deepEqual(entry, { ...d, state: 'claimed', owner: 'attempt-1', attempts: 1, lastError: null });
+        assert.ok(
+          Math.abs(updatedAt.getTime() - Date.now()) < 60_000,
+          `updatedAt is ${updatedAt.toISOString()}`,
+        );
+      });
+
+      it('answers from the receipt once delivered', async () => {
+        const d = delivery();
+        await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.delivered(d.idempotencyKey, receipt, false);
+        assert.deepEqual(await stores.ledger.claim(d, 'attempt-2'), { kind: 'delivered', receipt });
+      });
+
+      it('lets the next claim POST again after an attempt provably did not land, counting attempts', async () => {
+        const d = delivery();
+        await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.unsent(d.idempotencyKey, 'connection refused');
+        assert.deepEqual(await stores.ledger.claim(d, 'attempt-2'), { kind: 'fresh' });
+        const entry = openEntry(await stores.ledger.claim(d, 'attempt-3'));
+        assert.deepEqual([entry.owner, entry.attempts], ['attempt-2', 2]);
+      });
+
+      it('lets an open claim be taken over, counting the attempt', async () => {
+        const d = delivery();
+        await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.retake(d.idempotencyKey, 'attempt-2');
+        const entry = openEntry(await stores.ledger.claim(d, 'attempt-3'));
+        assert.deepEqual([entry.owner, entry.attempts], ['attempt-2', 2]);
+      });
+
+      it('lists the claims nobody recorded an answer for, and only those', async () => {
+        const [open, delivered, unsent] = [delivery(), delivery(), delivery()];
+        for (const d of [open, delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, true);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
+        const claims = await stores.ledger.openClaims();
+        assert.deepEqual(
+          claims.map((entry) => entry.idempotencyKey),
+          [open.idempotencyKey],
+        );
+      });
+
+      it("settles an open claim by an operator's verdict", async () => {
+        const [lost, landed] = [delivery(), delivery()];
+        for (const d of [lost, landed]) await stores.ledger.claim(d, 'attempt-1');
+        assert.equal(await stores.ledger.resolve(lost.idempotencyKey, 'unsent'), true);
+        assert.equal(await stores.ledger.resolve(landed.idempotencyKey, { delivered: receipt }), true);
+        assert.deepEqual(await stores.ledger.openClaims(), []);
+        assert.deepEqual(await stores.ledger.claim(lost, 'attempt-2'), { kind: 'fresh' });
+        assert.deepEqual(await stores.ledger.claim(landed, 'attempt-2'), { kind: 'delivered', receipt });
+      });
+
+      it('refuses a verdict for a key without an open claim', async () => {
+        const [delivered, unsent] = [delivery(), delivery()];
+        for (const d of [delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, false);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
+        for (const key of [delivered.idempotencyKey, unsent.idempotencyKey, 'never-claimed']) {
+          assert.equal(await stores.ledger.resolve(key, 'unsent'), false, `resolved ${key}`);
+          assert.equal(await stores.ledger.resolve(key, { delivered: receipt }), false, `resolved ${key}`);
+        }
+        assert.deepEqual(await stores.ledger.claim(delivered, 'attempt-2'), { kind: 'delivered', receipt });
+      });
+
+      it('trusts the receiver to honour keys only once it echoed one', async () => {
+        const [unechoed, echoed] = [delivery(), delivery()];
+        assert.equal(await stores.ledger.receiverHonoursKeys(), false);
+        await stores.ledger.claim(unechoed, 'attempt-1');
+        await stores.ledger.delivered(unechoed.idempotencyKey, receipt, false);
+        assert.equal(await stores.ledger.receiverHonoursKeys(), false);
+        await stores.ledger.claim(echoed, 'attempt-1');
+        await stores.ledger.delivered(echoed.idempotencyKey, receipt, true);
+        assert.equal(await stores.ledger.receiverHonoursKeys(), true);
+      });
+
+      it("sweeps old settled deliveries of closed workflows, never open claims or open workflows' rows", async () => {
+        const [stillOpen, delivered, unsent, ofOpenWorkflow] = [
+          delivery(),
+          delivery(),
+          delivery(),
+          delivery(),
+        ];
+        for (const d of [stillOpen, delivered, unsent, ofOpenWorkflow])
+          await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, false);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
+        await stores.ledger.delivered(ofOpenWorkflow.idempotencyKey, receipt, false);
+        const open = new Set([ofOpenWorkflow.workflowId]);
+        assert.equal(await stores.ledger.sweep(nothingOld(), open), 0, 'a recent delivery was swept');
+        assert.equal(await stores.ledger.sweep(everythingOld(), open), 2);
+        assert.deepEqual(
+          (await stores.ledger.openClaims()).map((entry) => entry.idempotencyKey),
+          [stillOpen.idempotencyKey],
+        );
+        assert.deepEqual(await stores.ledger.claim(ofOpenWorkflow, 'attempt-2'), {
+          kind: 'delivered',
+          receipt,
+        });
+        assert.deepEqual(await stores.ledger.claim(delivered, 'attempt-2'), { kind: 'fresh' });
+      });
+    });
+
+    describe('publications', () => {
+      it('writes a key once, answering its repeats as duplicates with the first receipt', async () => {
+        const id = newDocumentId();
+        const first = { documentId: id, revision: 1, duplicate: false };
+        assert.deepEqual(await stores.publications.publish(publication(id), 'key-1'), first);
+        const repeat = await stores.publications.publish(publication(id, { summary: 'changed' }), 'key-1');
+        assert.deepEqual(repeat, { ...first, duplicate: true });
+        assert.equal((await stores.publications.currentPublication(id))?.summary, publication(id).summary);
+        assert.deepEqual(await stores.publications.revisionsOf(id), [
+          { revision: 1, idempotencyKey: 'key-1' },
+        ]);
+      });
+
+      it("writes a new key for a known document as the document's next revision", async () => {
+        const id = newDocumentId();
+        await stores.publications.publish(publication(id), 'key-1');
+        const second = publication(id, { title: 'Checkpoints, again', tags: ['a', 'b'] });
+        assert.deepEqual(await stores.publications.publish(second, 'key-2'), {
+          documentId: id,
+          revision: 2,
+          duplicate: false,
+        });
+        assert.deepEqual(await stores.publications.currentPublication(id), {
+          documentId: id,
+          revision: 2,
+          title: second.title,
+          summary: second.summary,
+          tags: second.tags,
+          scheduledAt: null,
+        });
+        assert.deepEqual(await stores.publications.revisionsOf(id), [
+          { revision: 1, idempotencyKey: 'key-1' },
+          { revision: 2, idempotencyKey: 'key-2' },
+        ]);
+      });
+
+      it('answers a new key from an older run as superseded, writing nothing', async () => {
+        const id = newDocumentId();
+        await stores.publications.publish(publication(id, { scheduledAt: 2_000 }), 'newer-run');
+        const late = publication(id, { title: 'From the replaced run', scheduledAt: 1_000 });
+        assert.deepEqual(await stores.publications.publish(late, 'older-run'), {
+          documentId: id,
+          revision: 1,
+          duplicate: false,
+          superseded: true,
+        });
+        const current = await stores.publications.currentPublication(id);
+        assert.deepEqual([current?.title, current?.scheduledAt], [publication(id).title, 2_000]);
+        assert.deepEqual(await stores.publications.revisionsOf(id), [
+          { revision: 1, idempotencyKey: 'newer-run' },
+        ]);
+        const later = await stores.publications.publish(publication(id, { scheduledAt: 3_000 }), 'later-run');
+        assert.equal(later.revision, 2);
+      });
+
+      it('records every delivery in order, with what it did', async () => {
+        const id = newDocumentId();
+        await stores.publications.publish(publication(id, { scheduledAt: 2_000 }), 'key-1');
+        await stores.publications.publish(publication(id, { scheduledAt: 2_000 }), 'key-1');
+        await stores.publications.publish(publication(id, { scheduledAt: 1_000 }), 'key-old');
+        await stores.publications.publish(publication(id, { scheduledAt: 3_000 }), 'key-2');
+        const deliveries = await stores.publications.deliveries();
+        assert.deepEqual(
+          deliveries.map((d) => [d.idempotencyKey, d.documentId, d.outcome]),
+          [
+            ['key-1', id, 'created'],
+            ['key-1', id, 'duplicate'],
+            ['key-old', id, 'stale'],
+            ['key-2', id, 'created'],
+          ],
+        );
+        for (const d of deliveries) assert.ok(!Number.isNaN(Date.parse(d.receivedAt)), d.receivedAt);
+      });
+
+      it('counts documents, not revisions, and knows no publication of an unknown one', async () => {
+        const [twice, once] = [newDocumentId(), newDocumentId()];
+        await stores.publications.publish(publication(twice), 'key-1');
+        await stores.publications.publish(publication(twice), 'key-2');
+        await stores.publications.publish(publication(once), 'key-3');
+        assert.equal(await stores.publications.countPublications(), 2);
+        assert.equal(await stores.publications.currentPublication(newDocumentId()), undefined);
+      });
+
+      it('lets exactly one of many concurrent deliveries of one key write', async () => {
+        const id = newDocumentId();
+        const receipts = await Promise.all(
+          Array.from({ length: 10 }, () => stores.publications.publish(publication(id), 'key-1')),
+        );
+        assert.deepEqual(receipts.map((r) => [r.revision, r.duplicate]).sort(), [
+          [1, false],
+          ...Array.from({ length: 9 }, () => [1, true]),
+        ]);
+        const outcomes = (await stores.publications.deliveries()).map((d) => d.outcome);
+        assert.deepEqual(outcomes.sort(), ['created', ...Array.from({ length: 9 }, () => 'duplicate')]);
+      });
+
+      it('gives concurrent new keys of one document distinct revisions', async () => {
+        const id = newDocumentId();
+        const receipts = await Promise.all(
+          Array.from({ length: 5 }, (_, i) => stores.publications.publish(publication(id), `key-${i}`)),
+        );
+        assert.deepEqual(receipts.map((r) => r.revision).sort(), [1, 2, 3, 4, 5]);
+        assert.equal((await stores.publications.currentPublication(id))?.revision, 5);
+      });
+    });
+  });
+}
+
+storeContract(sqliteFiles);
+storeContract(postgres);
+
+// ---------------------------------------------------------------------------------------------------------------
+// PostgreSQL only: the schema's versioned migrations
+// ---------------------------------------------------------------------------------------------------------------
+
+describe('PostgreSQL migrations', () => {
+  /** Opens a pool on `url` (applying `migrations`), ended after the file's tests, before its database is dropped. */
+  async function opened(url: string, migrations?: readonly Migration[]): Promise<Pool> {
+    const pool = await openPostgres(url, migrations);
+    defer(() => pool.end());
+    return pool;
+  }
+
+  async function versions(pool: Pool): Promise<number[]> {
+    const result = await pool.query<{ version: number }>(
+      'SELECT version FROM schema_migrations ORDER BY version',
+    );
+    return result.rows.map((row) => row.version);
+  }
+
+  async function tableExists(pool: Pool, table: string): Promise<boolean> {
+    const result = await pool.query<{ found: boolean }>('SELECT to_regclass($1) IS NOT NULL AS found', [
+      table,
+    ]);
+    return result.rows[0]?.found === true;
+  }
+
+  it('records version 1 when it prepares a database', async () => {
+    const pool = await opened(await freshDatabase(defer));
+    assert.deepEqual(await versions(pool), [1]);
+  });
+
+  it('applies each migration once, however many processes open the database together', async () => {
+    const url = await freshDatabase(defer);
+    const [first] = await Promise.all([opened(url), opened(url)]);
+    await opened(url);
+    assert.deepEqual(
+      await versions(first),
+      POSTGRES_MIGRATIONS.map((m) => m.version),
+    );
+    assert.deepEqual(await migrate(first, POSTGRES_MIGRATIONS), [], 'a migration ran again');
+  });
+
+  it('rolls a failing migration back and names it in the error', async () => {
+    const pool = await opened(await freshDatabase(defer), []);
+    const works: Migration = { version: 1, name: 'a table', sql: 'CREATE TABLE first_table (id integer)' };
+    const broken: Migration = {
+      version: 2,
+      name: 'a broken step',
+      sql: 'CREATE TABLE half_done (id integer); SELECT 1 / 0',
+    };
+    await assert.rejects(migrate(pool, [works, broken]), { message: 'migration 2 (a broken step) failed' });
+    assert.deepEqual(await versions(pool), [1]);
+    assert.equal(await tableExists(pool, 'first_table'), true);
+    assert.equal(await tableExists(pool, 'half_done'), false, 'the failed migration was not rolled back');
+    const fixed = { ...broken, sql: 'CREATE TABLE half_done (id integer)' };
+    assert.deepEqual(await migrate(pool, [works, fixed]), [2]);
+  });
+
+  it('names the failing migration when opening a database fails', async () => {
+    const url = await freshDatabase(defer);
+    const broken: Migration = { version: 1, name: 'a broken step', sql: 'SELECT 1 / 0' };
+    await assert.rejects(openPostgres(url, [broken]), {
+      message: /could not be prepared: migration 1 \(a broken step\) failed/,
+    });
+  });
+});
