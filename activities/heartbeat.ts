@@ -1,7 +1,7 @@
 import { Context } from '@temporalio/activity';
 
 /** How often a running step heartbeats; well inside the workflow's heartbeat timeout. */
-const HEARTBEAT_EVERY_MS = 2_000;
+export const HEARTBEAT_EVERY_MS = 2_000;
 
 /**
  * Runs the step's work while heartbeating, so a worker that dies mid-call is noticed after the heartbeat timeout

@@ -1,20 +1,29 @@
-import { log } from '@temporalio/activity';
-import type { z } from 'zod';
-import type { AnswerMemo } from '../src/model/memo';
+import { randomUUID } from 'node:crypto';
+import os from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import { z } from 'zod';
+import { memoKeyFor, memoRequestHash } from '../src/model/memo';
+import type { AnswerMemo, MemoRequest, RejectedAnswer, StoredAnswer } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
+import { FailureType, UsageSchema } from '../src/contract';
 import type { ModelInfo, StepName, Usage } from '../src/contract';
 import type { TextSource } from '../src/documents/text-source';
-import { withHeartbeats } from './heartbeat';
+import { HEARTBEAT_EVERY_MS, withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 
-/** What the two model steps need: the model, the memo of paid answers, the texts, and prices for cost. */
+/** What the two model steps need: the model, the memo of paid answers, the texts, prices, and the budgets. */
 export interface ModelStepDependencies {
   model: DocumentModel;
   memo: AnswerMemo;
   texts: TextSource;
   prices?: PriceTable;
+  /** Life of a memo claim without renewal: how long a stalled or dead owner keeps others waiting. */
+  memoLeaseMs?: number;
+  /** Provider errors (error statuses, timeouts, refused answers) one run's step may meet before it fails. */
+  maxProviderErrors?: number;
 }
 
 export interface ModelStepAnswer<T> {
@@ -23,67 +32,212 @@ export interface ModelStepAnswer<T> {
   model: ModelInfo;
   memoised: boolean;
   estimatedCostUsd: number | null;
+  rejectedUsage?: Usage;
+}
+
+const DEFAULT_LEASE_MS = 30_000;
+const DEFAULT_MAX_PROVIDER_ERRORS = 6;
+/** How often a waiting attempt looks at the memo again while another owns the claim. */
+const WAIT_POLL_MS = 1_000;
+
+/** Usage a model client attaches to a failure when the provider answered (and was paid) but the answer was refused. */
+const PaidFailureDetailsSchema = z.object({ paidUsage: UsageSchema });
+
+/**
+ * The body shared by summarize and tag: read the text by reference, then get the answer through the memo while
+ * heartbeating (see askOnce). `input` is what shapes the answer besides the text (maxSentences, maxTags); with the
+ * text, the model and its prompt version it makes the memo key, so a resubmitted document reuses what a failed
+ * run paid for, and a different request is never answered with another's answer.
+ */
+export async function runModelStep<T>(
+  deps: ModelStepDependencies,
+  {
+    step,
+    textRef,
+    input,
+    valueSchema,
+  }: { step: StepName; textRef: string; input: object; valueSchema: z.ZodType<T> },
+  ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
+): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
+  const info = Context.current().info;
+  const key = idempotencyKey(info);
+  const workflowId = info.workflowExecution?.workflowId ?? info.activityId;
+  const requestHash = memoRequestHash({
+    step,
+    input: { textRef, ...input },
+    model: deps.model.info,
+    promptVersion: deps.model.promptVersion,
+  });
+  const request: MemoRequest = {
+    memoKey: memoKeyFor(workflowId, step, requestHash),
+    workflowId,
+    runId: info.workflowExecution?.runId ?? key,
+    step,
+    requestHash,
+  };
+  const text = await deps.texts.read(textRef);
+  const answer = await withHeartbeats((signal) =>
+    askOnce({ ...deps, step, request, valueSchema, owner: ownerName(info.attempt), signal }, (retryHint) =>
+      ask(text, { idempotencyKey: key, signal, ...(retryHint === undefined ? {} : { retryHint }) }),
+    ),
+  );
+  return { ...answer, idempotencyKey: key };
 }
 
 /**
- * Asks the model at most once per idempotency key. The answer is written to the durable memo before the activity
- * returns; an attempt that finds one (its predecessor died after paying) reuses it instead of calling again.
+ * Dedupe before effect. The attempt first claims the step's memo entry; only the owner of a live claim calls the
+ * model, renewing its lease while the call runs. An attempt that finds another's live claim (a worker that stalled
+ * or lost its heartbeat mid-call and may still be paying) waits for that answer instead of paying again, and
+ * takes over only when the lease runs out. The answer is stored before it is returned, and what is returned is
+ * what the memo holds, so the history and the memo agree.
+ *
+ * Failures: a provider error is counted on the entry for this run, and past `maxProviderErrors` the step fails for
+ * good; a crash or a stall counts nothing, since the activity never gets to record it. A paid answer that was
+ * refused (cut off, wrong shape) is recorded with its tokens, and the next attempt quotes its error to the model.
  */
 export async function askOnce<T>(
   {
     step,
-    key,
+    request,
     memo,
     model,
     valueSchema,
+    owner,
+    signal,
     prices = {},
+    memoLeaseMs = DEFAULT_LEASE_MS,
+    maxProviderErrors = DEFAULT_MAX_PROVIDER_ERRORS,
   }: {
     step: StepName;
-    key: string;
+    request: MemoRequest;
     memo: AnswerMemo;
     model: DocumentModel;
     valueSchema: z.ZodType<T>;
+    owner: string;
+    signal: AbortSignal;
     prices?: PriceTable;
+    memoLeaseMs?: number;
+    maxProviderErrors?: number;
   },
-  ask: () => Promise<ModelAnswer<T>>,
+  ask: (retryHint: string | undefined) => Promise<ModelAnswer<T>>,
 ): Promise<ModelStepAnswer<T>> {
-  const stored = memo.get(key);
-  if (stored !== undefined) {
-    const value = valueSchema.safeParse(stored.value);
-    if (value.success) {
-      log.info('Reusing the memoised model answer: an earlier attempt paid for it', { step, key });
-      const estimatedCostUsd = estimateCost(prices, stored.model, stored.usage);
-      return {
-        value: value.data,
-        usage: stored.usage,
-        model: stored.model,
-        memoised: true,
-        estimatedCostUsd,
-      };
+  const { memoKey } = request;
+  let waitingLogged = false;
+  for (;;) {
+    const claim = await memo.claim(request, owner, memoLeaseMs);
+    if (claim.kind === 'answered') {
+      log.info('Reusing the memoised model answer: it was paid for before', { step, memoKey });
+      return fromMemo(claim.answer, true, []);
     }
-    log.warn('Ignoring a memoised answer that no longer fits the schema', { step, key });
+    if (claim.kind === 'held') {
+      if (!waitingLogged) {
+        log.info('Another attempt is calling the model for this step; waiting for its answer', {
+          step,
+          memoKey,
+          owner: claim.owner,
+          leaseUntil: claim.leaseUntil.toISOString(),
+        });
+        waitingLogged = true;
+      }
+      await sleep(WAIT_POLL_MS, undefined, { signal });
+      continue;
+    }
+    // Renewed as often as the heartbeat: a stalled owner's claim then outlives the stall by nearly the whole lease.
+    const renewal = setInterval(
+      () => {
+        memo.renew(memoKey, owner, memoLeaseMs).then(
+          (held) => {
+            if (!held)
+              log.warn('Lost the memo claim while calling the model (stalled past the lease)', { memoKey });
+          },
+          (err: unknown) => log.warn('Could not renew the memo claim', { memoKey, error: String(err) }),
+        );
+      },
+      Math.min(memoLeaseMs / 3, HEARTBEAT_EVERY_MS),
+    );
+    let answer: ModelAnswer<T>;
+    try {
+      answer = await ask(claim.rejected.at(-1)?.error);
+    } catch (err) {
+      throw await releaseAfter(err);
+    } finally {
+      clearInterval(renewal);
+    }
+    const mine: StoredAnswer = { value: answer.value, usage: answer.usage, model: model.info };
+    // Another attempt may have stored first (this one stalled past its lease): the stored answer is returned.
+    const stored = await memo.complete(memoKey, mine);
+    return fromMemo(stored, stored !== mine, claim.rejected);
   }
-  const answer = await ask();
-  memo.put(key, step, { value: answer.value, usage: answer.usage, model: model.info });
-  const estimatedCostUsd = estimateCost(prices, model.info, answer.usage);
-  return { value: answer.value, usage: answer.usage, model: model.info, memoised: false, estimatedCostUsd };
+
+  function fromMemo(stored: StoredAnswer, memoised: boolean, rejected: RejectedAnswer[]): ModelStepAnswer<T> {
+    const value = valueSchema.safeParse(stored.value);
+    if (!value.success) {
+      throw ApplicationFailure.create({
+        type: FailureType.ModelOutputInvalid,
+        nonRetryable: true,
+        message:
+          `the memo entry ${memoKey} holds an answer that does not fit the ${step} step's schema; when a step's ` +
+          "answer changes shape, bump its model's promptVersion so old entries stop matching",
+      });
+    }
+    const rejectedUsage = sumUsage(rejected.map((r) => r.usage));
+    const costs = [stored, ...rejected].map((r) => estimateCost(prices, r.model, r.usage));
+    const estimatedCostUsd = costs.some((c) => c === null)
+      ? null
+      : costs.reduce<number>((sum, c) => sum + (c ?? 0), 0);
+    return {
+      value: value.data,
+      usage: stored.usage,
+      model: stored.model,
+      memoised,
+      estimatedCostUsd,
+      ...(rejected.length > 0 ? { rejectedUsage } : {}),
+    };
+  }
+
+  /** Ends this attempt's claim, counting a provider error; past the budget the step fails for good. */
+  async function releaseAfter(err: unknown): Promise<unknown> {
+    const providerError =
+      !signal.aborted &&
+      err instanceof ApplicationFailure &&
+      !err.nonRetryable &&
+      (err.type === FailureType.TransientModelError || err.type === FailureType.ModelOutputInvalid);
+    const paid =
+      err instanceof ApplicationFailure ? PaidFailureDetailsSchema.safeParse(err.details?.[0]) : undefined;
+    const rejected =
+      paid?.success === true && err instanceof ApplicationFailure
+        ? { runId: request.runId, usage: paid.data.paidUsage, model: model.info, error: err.message }
+        : undefined;
+    const failures = await memo.release(memoKey, owner, {
+      providerFailure: providerError,
+      ...(rejected === undefined ? {} : { rejected }),
+    });
+    if (providerError && failures >= maxProviderErrors) {
+      return ApplicationFailure.create({
+        type: FailureType.ProviderErrorsExhausted,
+        nonRetryable: true,
+        message:
+          `the model provider failed ${failures} times for ${step} in this run (MAX_PROVIDER_ERRORS is ` +
+          `${maxProviderErrors}); the last error: ${err.message}. Check the provider, then submit the document ` +
+          'again: answers already paid for are reused',
+        cause: err,
+      });
+    }
+    return err;
+  }
 }
 
-/**
- * The body shared by summarize and tag: read the text by reference, then ask the model once per idempotency key
- * (see askOnce) while heartbeating. `ask` gets the text and the call's key and cancellation signal.
- */
-export async function runModelStep<T>(
-  deps: ModelStepDependencies,
-  { step, textRef, valueSchema }: { step: StepName; textRef: string; valueSchema: z.ZodType<T> },
-  ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
-): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
-  const key = idempotencyKey();
-  const text = deps.texts.read(textRef);
-  const answer = await withHeartbeats((signal) =>
-    askOnce({ step, key, memo: deps.memo, model: deps.model, valueSchema, prices: deps.prices }, () =>
-      ask(text, { idempotencyKey: key, signal }),
-    ),
+function sumUsage(usages: Usage[]): Usage {
+  return usages.reduce(
+    (sum, u) => ({
+      inputTokens: sum.inputTokens + u.inputTokens,
+      outputTokens: sum.outputTokens + u.outputTokens,
+    }),
+    { inputTokens: 0, outputTokens: 0 },
   );
-  return { ...answer, idempotencyKey: key };
+}
+
+/** Names this attempt in the memo: which host and process holds a claim, for logs and for the operator. */
+function ownerName(attempt: number): string {
+  return `${os.hostname()}/${process.pid}/attempt-${attempt}/${randomUUID().slice(0, 8)}`;
 }

@@ -11,7 +11,7 @@ export function createSummarize(deps: ModelStepDependencies) {
     const { textRef, maxSentences } = parseOrFail(SummarizeInputSchema, input, 'summarize input');
     const { value, ...answer } = await runModelStep(
       deps,
-      { step: 'summarize', textRef, valueSchema: z.string() },
+      { step: 'summarize', textRef, input: { maxSentences }, valueSchema: z.string() },
       (text, call) => deps.model.summarize(text, maxSentences, call),
     );
     if (value.trim() === '') {

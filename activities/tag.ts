@@ -10,7 +10,7 @@ export function createTag(deps: ModelStepDependencies) {
     const { textRef, maxTags } = parseOrFail(TagInputSchema, input, 'tag input');
     const { value, ...answer } = await runModelStep(
       deps,
-      { step: 'tag', textRef, valueSchema: z.array(z.string()) },
+      { step: 'tag', textRef, input: { maxTags }, valueSchema: z.array(z.string()) },
       (text, call) => deps.model.tag(text, maxTags, call),
     );
     return { tags: value, ...answer };

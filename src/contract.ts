@@ -22,6 +22,10 @@ export const FailureType = {
   PublishRejected: 'PublishRejected',
   TransientModelError: 'TransientModelError',
   TransientPublishError: 'TransientPublishError',
+  /** A webhook delivery whose earlier attempt may have landed, waiting for an operator's verdict. */
+  DeliveryHeld: 'DeliveryHeld',
+  /** A model step met more provider errors in one run than MAX_PROVIDER_ERRORS allows. */
+  ProviderErrorsExhausted: 'ProviderErrorsExhausted',
 } as const;
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -63,6 +67,8 @@ const ModelStepFields = {
    * price there. Optional so histories recorded before cost accounting still replay.
    */
   estimatedCostUsd: z.number().min(0).nullable().optional(),
+  /** Tokens of paid answers this run refused (cut off, wrong shape) before the one kept; counted in the cost. */
+  rejectedUsage: UsageSchema.optional(),
 };
 
 export const ModelStepFieldsSchema = z.object(ModelStepFields);
@@ -118,7 +124,7 @@ export const PublishInputSchema = z
 export type PublishInput = z.infer<typeof PublishInputSchema>;
 export const PublishResultSchema = z.object({
   idempotencyKey: z.string(),
-  target: z.enum(['sqlite', 'webhook']),
+  target: z.enum(['sqlite', 'postgres', 'webhook']),
   documentId: z.string(),
   /** 1 for the first publication of a document; a reset (new run ID, new key) produces the next one. */
   revision: z.number().int().min(1),
@@ -129,6 +135,8 @@ export const PublishResultSchema = z.object({
    * written, and revision is the newer one's. Nothing to retry; absent on the usual path.
    */
   superseded: z.boolean().optional(),
+  /** Webhook only: true when the receiver echoed the Idempotency-Key, so it is known to dedupe by it. */
+  receiverHonoursKey: z.boolean().optional(),
 });
 export type PublishResult = z.infer<typeof PublishResultSchema>;
 
@@ -158,6 +166,17 @@ export const PipelineOptionsSchema = z
     maxTags: z.number().int().min(1).max(20).default(5),
     /** Start-to-close timeout of each model call; large documents on slow local models need more. */
     modelTimeoutSeconds: z.number().int().min(1).max(3600).default(120),
+    /**
+     * Overall budget of each step, every retry included (schedule-to-close). Within it a step retries without an
+     * attempt cap, so crashed or stalled workers never fail a document; provider errors have their own bounded
+     * count (MAX_PROVIDER_ERRORS), kept by the activity.
+     */
+    stepBudgetMinutes: z
+      .number()
+      .int()
+      .min(1)
+      .max(7 * 24 * 60)
+      .default(60),
   })
   .strict();
 export type PipelineOptions = z.infer<typeof PipelineOptionsSchema>;

@@ -21,15 +21,15 @@ const normalAnswer = answering('A short summary.', '{"tags": ["checkpoints"]}');
 /** Local parts whose model is a loopback model server giving normal answers (no API key). */
 async function partsWithModelServer(): Promise<{ server: ModelServer; local: LocalParts }> {
   const server = await modelServerFor(defer, normalAnswer);
-  const local = tempParts(defer, { model: openAIModel(server, { apiKey: undefined }) });
+  const local = await tempParts(defer, { model: openAIModel(server, { apiKey: undefined }) });
   return { server, local };
 }
 
 /** A summarize input for the sample text, stored in `local`'s blob store. */
-function summarizeInput(local: LocalParts) {
+async function summarizeInput(local: LocalParts) {
   return {
     documentId: 'doc-1',
-    textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT)),
+    textRef: await local.blobs.put(Buffer.from(SAMPLE_TEXT)),
     maxSentences: 2,
   };
 }
@@ -86,7 +86,7 @@ describe('model steps', () => {
   it('summarize and tag send their key as the Idempotency-Key header', async () => {
     const { server, local } = await partsWithModelServer();
     const { summarize, tag } = createActivities(local.deps);
-    const textRef = local.blobs.put(Buffer.from(SAMPLE_TEXT));
+    const textRef = await local.blobs.put(Buffer.from(SAMPLE_TEXT));
     const runId = randomUUID();
 
     const summary = await runAttempt({ activityId: 'summarize', runId }, summarize, {
@@ -112,7 +112,7 @@ describe('model steps', () => {
   it('a later attempt with the same key reuses the memoised answer instead of calling the model', async () => {
     const { server, local } = await partsWithModelServer();
     const { summarize } = createActivities(local.deps);
-    const input = summarizeInput(local);
+    const input = await summarizeInput(local);
     const runId = randomUUID();
 
     const first = await runAttempt({ activityId: 'summarize', runId, attempt: 1 }, summarize, input);
@@ -123,21 +123,38 @@ describe('model steps', () => {
     assert.equal(retry.memoised, true);
     assert.equal(retry.summary, first.summary);
     assert.deepEqual(retry.usage, first.usage);
-    assert.equal(local.memo.count(), 1);
+    assert.equal(await local.memo.count(), 1);
   });
 
-  it('a new run ID (a reset) calls the model again', async () => {
+  it('a new run of the workflow (a resubmission, a reset) reuses the paid answer; its key names the new run', async () => {
     const { server, local } = await partsWithModelServer();
     const { summarize } = createActivities(local.deps);
-    const input = summarizeInput(local);
+    const input = await summarizeInput(local);
+    const secondRun = randomUUID();
 
     await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
-    const afterReset = await runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, input);
+    const again = await runAttempt({ activityId: 'summarize', runId: secondRun }, summarize, input);
+
+    assert.equal(server.requests.length, 1);
+    assert.equal(again.memoised, true);
+    assert.equal(again.idempotencyKey, `${secondRun}:summarize`);
+    assert.equal(await local.memo.count(), 1);
+  });
+
+  it('a different request of the same step (other options) is a memo miss and calls the model', async () => {
+    const { server, local } = await partsWithModelServer();
+    const { summarize } = createActivities(local.deps);
+    const input = await summarizeInput(local);
+    const runId = randomUUID();
+
+    await runAttempt({ activityId: 'summarize', runId }, summarize, input);
+    const other = await runAttempt({ activityId: 'summarize', runId }, summarize, {
+      ...input,
+      maxSentences: 4,
+    });
 
     assert.equal(server.requests.length, 2);
-    assert.notEqual(server.requests[0]?.idempotencyKey, server.requests[1]?.idempotencyKey);
-    assert.equal(afterReset.memoised, false);
-    assert.equal(local.memo.count(), 2);
+    assert.equal(other.memoised, false);
   });
 
   it('a text missing from the blob store fails without retry as InvalidDocument', async () => {
@@ -156,7 +173,7 @@ describe('model steps', () => {
         assert.equal(err.type, FailureType.InvalidDocument);
         assert.equal(err.nonRetryable, true);
         assert.ok(err.message.includes(missing), err.message);
-        assert.match(err.message, /DATA_DIR/);
+        assert.match(err.message, /DATABASE_URL/);
         return true;
       },
     );
@@ -164,9 +181,9 @@ describe('model steps', () => {
   });
 
   it('a stored text that is not usable (NUL bytes) fails without retry as InvalidDocument, saying why', async () => {
-    const local = tempParts(defer);
+    const local = await tempParts(defer);
     const { tag } = createActivities(local.deps);
-    const textRef = local.blobs.put(Buffer.from([0x68, 0x69, 0x00, 0x21]));
+    const textRef = await local.blobs.put(Buffer.from([0x68, 0x69, 0x00, 0x21]));
 
     await assert.rejects(
       runAttempt({ activityId: 'tag', runId: randomUUID() }, tag, {
@@ -185,9 +202,9 @@ describe('model steps', () => {
   });
 
   it('a document with no prose (only a code block) fails summarize without retry, saying so', async () => {
-    const local = tempParts(defer);
+    const local = await tempParts(defer);
     const { summarize } = createActivities(local.deps);
-    const textRef = local.blobs.put(Buffer.from('```rust\nfn main() {}\n```\n', 'utf8'));
+    const textRef = await local.blobs.put(Buffer.from('```rust\nfn main() {}\n```\n', 'utf8'));
 
     await assert.rejects(
       runAttempt({ activityId: 'summarize', runId: randomUUID() }, summarize, {

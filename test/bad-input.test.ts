@@ -16,7 +16,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { processDocuments } from '../src/runs/batch';
 import { loadConfig } from '../src/config';
 import { dataPaths } from '../src/config';
-import { collectDocuments, decodeDocument, documentIdFor } from '../src/documents/files';
+import { collectDocuments, decodeDocument, documentIdOf } from '../src/documents/files';
 import {
   FailureType,
   INPUT_SCHEMA_VERSION,
@@ -62,9 +62,19 @@ function plainClient(): Client {
 // ---------------------------------------------------------------------------------------------------------------
 
 const TOP_FIELDS = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'] as const;
-const OPTION_FIELDS = ['maxSummarySentences', 'maxTags', 'modelTimeoutSeconds'] as const;
-const OPTION_MAX = { maxSummarySentences: 20, maxTags: 20, modelTimeoutSeconds: 3600 } as const;
-const OPTION_DEFAULTS = { maxSummarySentences: 3, maxTags: 5, modelTimeoutSeconds: 120 } as const;
+const OPTION_FIELDS = ['maxSummarySentences', 'maxTags', 'modelTimeoutSeconds', 'stepBudgetMinutes'] as const;
+const OPTION_MAX = {
+  maxSummarySentences: 20,
+  maxTags: 20,
+  modelTimeoutSeconds: 3600,
+  stepBudgetMinutes: 7 * 24 * 60,
+} as const;
+const OPTION_DEFAULTS = {
+  maxSummarySentences: 3,
+  maxTags: 5,
+  modelTimeoutSeconds: 120,
+  stepBudgetMinutes: 60,
+} as const;
 /** Every path a message may blame; `(root)` is the input itself (not an object, or unknown top-level fields). */
 const BLAMEABLE = ['(root)', ...TOP_FIELDS, ...OPTION_FIELDS.map((f) => `options.${f}`)];
 
@@ -82,6 +92,7 @@ const validOptions = fc.record(
     maxSummarySentences: fc.integer({ min: 1, max: 20 }),
     maxTags: fc.integer({ min: 1, max: 20 }),
     modelTimeoutSeconds: fc.integer({ min: 1, max: 3600 }),
+    stepBudgetMinutes: fc.integer({ min: 1, max: 7 * 24 * 60 }),
   },
   { requiredKeys: [] },
 );
@@ -334,7 +345,7 @@ function otherVersionOf(input: unknown): number | undefined {
 }
 
 describe('malformed workflow inputs', () => {
-  it('parseOrFail(PipelineInputSchema) refuses 1,500 of them with InvalidInput naming each bad field', () => {
+  it('parseOrFail(PipelineInputSchema) refuses 1,500 of them with InvalidInput naming each bad field', async () => {
     fc.assert(
       fc.property(malformedInput, (bad) => {
         assert.throws(
@@ -351,7 +362,7 @@ describe('malformed workflow inputs', () => {
     );
   });
 
-  it("the workflow's own order (version check, then schema) refuses 1,000 of them with the right type", () => {
+  it("the workflow's own order (version check, then schema) refuses 1,000 of them with the right type", async () => {
     fc.assert(
       fc.property(malformedInput, (bad) => {
         assert.throws(
@@ -378,7 +389,7 @@ describe('malformed workflow inputs', () => {
     );
   });
 
-  it('stays malformed over the wire, with the same fields to blame', () => {
+  it('stays malformed over the wire, with the same fields to blame', async () => {
     fc.assert(
       fc.property(malformedInput, (bad) => {
         const wired = { ...bad, input: overTheWire(bad.input) };
@@ -395,7 +406,7 @@ describe('malformed workflow inputs', () => {
     );
   });
 
-  it('parseOrFail(PipelineInputSchema) accepts every valid input and fills in the default options', () => {
+  it('parseOrFail(PipelineInputSchema) accepts every valid input and fills in the default options', async () => {
     fc.assert(
       fc.property(validInput, (input) => {
         const parsed = parseOrFail(PipelineInputSchema, input, 'pipeline input');
@@ -414,7 +425,7 @@ describe('malformed workflow inputs', () => {
         6,
       ),
     ];
-    const local = tempParts(defer);
+    const local = await tempParts(defer);
     const taskQueue = `bad-input-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
 
@@ -453,10 +464,10 @@ describe('malformed workflow inputs', () => {
       );
       const wallMs = Date.now() - wallStart;
       assert.ok(wallMs < 20_000, `30 refusals took ${wallMs} ms`);
-      assert.equal(local.store.countPublications(), 0);
-      assert.equal(local.memo.count(), 0);
+      assert.equal(await local.store.countPublications(), 0);
+      assert.equal(await local.memo.count(), 0);
 
-      const good = pipelineInput(local.blobs, SAMPLE_TEXT);
+      const good = await pipelineInput(local.blobs, SAMPLE_TEXT);
       return client.workflow.execute<typeof documentPipeline>('documentPipeline', {
         taskQueue,
         workflowId: `good-${randomUUID()}`,
@@ -464,7 +475,7 @@ describe('malformed workflow inputs', () => {
       });
     });
     assert.equal(result.publication.revision, 1);
-    assert.equal(local.store.countPublications(), 1);
+    assert.equal(await local.store.countPublications(), 1);
   });
 });
 
@@ -531,7 +542,7 @@ function oracle(bytes: Uint8Array, maxBytes: number): Expected {
 }
 
 describe('decodeDocument', () => {
-  it('matches the rules on 2,000 generated byte arrays, and every refusal says what to fix', () => {
+  it('matches the rules on 2,000 generated byte arrays, and every refusal says what to fix', async () => {
     const seen = { ok: 0, rejected: 0 };
     fc.assert(
       fc.property(documentBytes, fc.integer({ min: 1, max: 200 }), (bytes, maxBytes) => {
@@ -552,7 +563,7 @@ describe('decodeDocument', () => {
     assert.ok(seen.ok > 100 && seen.rejected > 100, `one-sided sample: ${JSON.stringify(seen)}`);
   });
 
-  it('collectDocuments refuses a 2 GiB file by its size, without reading it', () => {
+  it('collectDocuments refuses a 2 GiB file by its size, without reading it', async () => {
     const dir = scratchDir(defer, 'bad-input-huge-');
     const huge = path.join(dir, 'huge.md');
     // Sparse: no disk space used. Reading it whole would fail, as Node reads at most 2 GiB into one buffer.
@@ -625,7 +636,7 @@ describe('processDocuments with good and bad documents', () => {
       root,
     );
     assert.equal(config.dataDir, dataDir);
-    const local = tempParts(defer, { dir: dataDir, maxDocumentBytes: MAX });
+    const local = await tempParts(defer, { dir: dataDir, maxDocumentBytes: MAX });
     assert.equal(dataPaths(config.dataDir).blobs, path.join(local.dir, 'blobs'));
 
     /** One pass of the batch command with a fresh worker (a worker runs once) on the same data folder. */
@@ -642,11 +653,11 @@ describe('processDocuments with good and bad documents', () => {
       });
       const lines: string[] = [];
       const outcomes = await worker.runUntil(
-        processDocuments(plainClient(), config, args, { print: (line) => lines.push(line) }),
+        processDocuments(plainClient(), config, local.blobs, args, { print: (line) => lines.push(line) }),
       );
       return { outcomes, lines };
     };
-    const idOf = (name: string) => documentIdFor(fs.readFileSync(file(name)));
+    const idOf = (name: string) => documentIdOf(file(name));
 
     // First pass: two published, seven listed as failed with what to fix.
     const first = await run();
@@ -685,12 +696,16 @@ describe('processDocuments with good and bad documents', () => {
         fs.existsSync(path.join(dataDir, 'blobs', hex.slice(0, 2), hex)),
         `${name} is not in DATA_DIR/blobs`,
       );
-      assert.deepEqual(local.blobs.get(`sha256:${hex}`), bytes);
+      assert.deepEqual(await local.blobs.get(`sha256:${hex}`), bytes);
     }
-    assert.equal(local.store.countPublications(), 2);
-    assert.equal(local.memo.count(), 4);
+    assert.equal(await local.store.countPublications(), 2);
+    assert.equal(await local.memo.count(), 4);
     const firstKeys = new Map(
-      ['good-1.md', 'good-2.md'].map((name) => [name, local.store.revisionsOf(idOf(name))]),
+      await Promise.all(
+        ['good-1.md', 'good-2.md'].map(
+          async (name) => [name, await local.store.revisionsOf(idOf(name))] as const,
+        ),
+      ),
     );
 
     // Fix every bad input, then run the same command again.
@@ -716,7 +731,7 @@ describe('processDocuments with good and bad documents', () => {
         log,
       );
       assert.deepEqual(
-        local.store.revisionsOf(idOf(name)),
+        await local.store.revisionsOf(idOf(name)),
         firstKeys.get(name),
         `${name} was published again`,
       );
@@ -731,16 +746,16 @@ describe('processDocuments with good and bad documents', () => {
     ];
     fixed.push(path.join(emptyFolder, 'note.md'));
     for (const source of fixed) {
-      const documentId = documentIdFor(fs.readFileSync(source));
+      const documentId = documentIdOf(source);
       assert.ok(
         second.lines.includes(`${source} -> ${workflowIdFor(documentId)} (started)`),
         `${source}\n${log}`,
       );
-      assert.equal(local.store.revisionsOf(documentId).length, 1, source);
+      assert.equal((await local.store.revisionsOf(documentId)).length, 1, source);
     }
     assert.equal(second.lines.filter((l) => l.endsWith('(started)')).length, 7, log);
-    assert.equal(local.store.countPublications(), 9);
-    assert.equal(local.store.deliveries().length, 9, 'a completed document was delivered again');
-    assert.equal(local.memo.count(), 18, 'a completed document was sent to the model again');
+    assert.equal(await local.store.countPublications(), 9);
+    assert.equal((await local.store.deliveries()).length, 9, 'a completed document was delivered again');
+    assert.equal(await local.memo.count(), 18, 'a completed document was sent to the model again');
   });
 });

@@ -131,7 +131,7 @@ describe('encrypted runs on a real dev server', () => {
         ? { body: completion(JSON.stringify({ tags: ['quokka fauna', 'island wildlife'] })) }
         : { body: completion(`${TEXT_MARKER} thrive on the island.`) };
     });
-    const parts = localParts({
+    const parts = await localParts({
       model: openAIModel(model, { apiKey: SECRET_API_KEY, requestTimeoutMs: 10_000 }),
     });
     const dataConverter = dataConverterFor({
@@ -147,11 +147,17 @@ describe('encrypted runs on a real dev server', () => {
       dataConverter,
     });
     try {
-      const good = pipelineInput(parts.blobs, `# ${TEXT_MARKER}\n\n${TEXT_MARKER} live on one island only.`);
-      const bad = { ...pipelineInput(parts.blobs, 'x'), options: { maxTags: 999 } };
+      const good = await pipelineInput(
+        parts.blobs,
+        `# ${TEXT_MARKER}\n\n${TEXT_MARKER} live on one island only.`,
+      );
+      const bad = { ...(await pipelineInput(parts.blobs, 'x')), options: { maxTags: 999 } };
       const goodId = `codec-good-${randomUUID()}`;
       const badId = `codec-bad-${randomUUID()}`;
-      const rejected = pipelineInput(parts.blobs, `# ${REJECTED_MARKER}\n\n${REJECTED_MARKER} dig burrows.`);
+      const rejected = await pipelineInput(
+        parts.blobs,
+        `# ${REJECTED_MARKER}\n\n${REJECTED_MARKER} dig burrows.`,
+      );
       const rejectedId = `codec-rejected-${randomUUID()}`;
       await worker.runUntil(async () => {
         const result = await client.workflow.execute(documentPipeline, {
@@ -218,7 +224,7 @@ describe('encrypted runs on a real dev server', () => {
         goodId,
       );
     } finally {
-      parts.close();
+      await parts.close();
       await model.close();
     }
   });

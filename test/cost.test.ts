@@ -71,11 +71,11 @@ describe('model steps record usage and cost', () => {
         ? { body: completion('{"tags": ["checkpoints"]}', { prompt_tokens: 1_000, completion_tokens: 10 }) }
         : { body: completion('A summary.', { prompt_tokens: 1_000, completion_tokens: 100 }) },
     );
-    const parts = tempParts(defer, {
+    const parts = await tempParts(defer, {
       model: openAIModel(server, { model: 'gpt-4o-mini', apiKey: undefined }),
     });
     parts.deps.prices = DEFAULT_PRICES;
-    const { textRef } = pipelineInput(parts.blobs, SAMPLE_TEXT);
+    const { textRef } = await pipelineInput(parts.blobs, SAMPLE_TEXT);
     const runId = randomUUID();
 
     const summary = await runStep('summarize', runId, parts, textRef);

@@ -32,7 +32,10 @@ import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
 import { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import type { DocumentModel } from '../src/model/types';
-import { PublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
+import { SqliteDeliveryLedger } from '../src/publisher/ledger';
+import type { DeliveryLedger } from '../src/publisher/ledger';
+import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publisher } from '../src/publisher/types';
 import type { StartedPipeline } from '../src/runs/submit';
 import type { documentPipeline } from '../workflows';
@@ -211,7 +214,7 @@ export interface LocalParts {
   memo: AnswerMemo;
   store: PublicationStore;
   deps: ActivityDependencies;
-  close(): void;
+  close(): Promise<void>;
 }
 
 export interface LocalPartsOptions {
@@ -219,58 +222,83 @@ export interface LocalPartsOptions {
   model?: DocumentModel;
   publisher?: Publisher;
   maxDocumentBytes?: number;
+  /** Extra environment for loadConfig, e.g. DATABASE_URL for the PostgreSQL backend. */
+  env?: Record<string, string>;
 }
 
 /**
  * The production wiring (createDependencies) over a temp data folder: blob store, memo and publication database
  * as `npm run worker` has them, with the offline model unless given another.
  */
-export function localParts({
+export async function localParts({
   dir = tempDir(),
   model = new OfflineModel(),
   publisher,
   maxDocumentBytes = 1_000_000,
-}: LocalPartsOptions = {}): LocalParts {
-  const config = loadConfig({ DATA_DIR: dir, MAX_DOCUMENT_BYTES: String(maxDocumentBytes) });
-  const parts = createDependencies(config, { model, ...(publisher !== undefined ? { publisher } : {}) });
-  // With a publisher of its own, the test still gets the SQLite target to look into.
-  const store = parts.publications ?? new PublicationStore(config.paths.publications);
+  env = {},
+}: LocalPartsOptions = {}): Promise<LocalParts> {
+  const config = loadConfig({ DATA_DIR: dir, MAX_DOCUMENT_BYTES: String(maxDocumentBytes), ...env });
+  const parts = await createDependencies(config, {
+    model,
+    ...(publisher !== undefined ? { publisher } : {}),
+  });
   return {
     dir,
-    blobs: parts.blobs,
-    memo: parts.memo,
-    store,
+    blobs: parts.stores.blobs,
+    memo: parts.stores.memo,
+    // With a publisher of its own, the test still gets the built-in target to look into.
+    store: parts.stores.publications(),
     deps: parts.deps,
-    close() {
-      parts.close();
-      if (parts.publications === undefined) store.close();
-    },
+    close: () => parts.close(),
   };
 }
 
+/**
+ * A webhook publisher to `url` with a delivery ledger of its own in a scratch folder, as a worker without
+ * DATABASE_URL has; `policy` is OPEN_DELIVERY_POLICY.
+ */
+export function webhookPublisher(
+  defer: Defer,
+  url: string,
+  {
+    timeoutMs = 5_000,
+    policy = 'auto',
+    ledger = scratchLedger(defer),
+  }: { timeoutMs?: number; policy?: 'auto' | 'resend' | 'hold'; ledger?: DeliveryLedger } = {},
+): WebhookPublisher {
+  return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy });
+}
+
+/** A delivery ledger in a scratch folder, closed after the file's tests. */
+export function scratchLedger(defer: Defer): DeliveryLedger {
+  const ledger = new SqliteDeliveryLedger(path.join(scratchDir(defer, 'ledger-'), 'ledger.db'));
+  defer(() => ledger.close());
+  return ledger;
+}
+
 /** Local parts (see localParts), closed and their folder removed after the file's tests. */
-export function tempParts(defer: Defer, options: LocalPartsOptions = {}): LocalParts {
-  const created = localParts(options);
-  defer(() => {
-    created.close();
+export async function tempParts(defer: Defer, options: LocalPartsOptions = {}): Promise<LocalParts> {
+  const created = await localParts(options);
+  defer(async () => {
+    await created.close();
     fs.rmSync(created.dir, { recursive: true, force: true });
   });
   return created;
 }
 
 /** A valid workflow input for `text`, stored in `blobs`, with a unique document ID unless one is given. */
-export function pipelineInput(
+export async function pipelineInput(
   blobs: BlobStore,
   text: string,
   {
     documentId = `doc-${randomUUID()}`,
     options = {},
   }: { documentId?: string; options?: Partial<PipelineOptions> } = {},
-): PipelineInput {
+): Promise<PipelineInput> {
   return {
     schemaVersion: INPUT_SCHEMA_VERSION,
     documentId,
-    textRef: blobs.put(Buffer.from(text, 'utf8')),
+    textRef: await blobs.put(Buffer.from(text, 'utf8')),
     title: `Test document ${documentId}`,
     options,
   };
@@ -364,4 +392,4 @@ export async function freePort(): Promise<number> {
 
 export { closeServer, listenOnLoopback };
 export { completion, startModelServer } from '../src/cli/demo/model-server';
-export type { ChatReply, ChatRequest, ModelServer };
+export type { ChatReply, ChatRequest, ChatScript, ModelServer };

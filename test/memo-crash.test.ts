@@ -12,8 +12,8 @@ import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { BlobStore } from '../src/documents/blobs';
-import { AnswerMemo } from '../src/model/memo';
+import { FileBlobStore } from '../src/documents/blobs';
+import { SqliteAnswerMemo } from '../src/model/memo-sqlite';
 import { recoveryReport } from '../src/runs/history';
 import { describeStep } from '../src/runs/step-outcome';
 import type { PipelineResult } from '../src/contract';
@@ -93,11 +93,11 @@ describe('a crash right after the model answer was memoised', () => {
       CRASH_AFTER_MEMO_WRITE: 'summarize',
     });
     workers.push(crashing);
-    const blobs = new BlobStore(path.join(dir, 'blobs'));
+    const blobs = new FileBlobStore(path.join(dir, 'blobs'));
     const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
       taskQueue,
       workflowId,
-      args: [pipelineInput(blobs, SAMPLE_TEXT)],
+      args: [await pipelineInput(blobs, SAMPLE_TEXT)],
     });
     runId = handle.firstExecutionRunId;
 
@@ -120,11 +120,11 @@ describe('a crash right after the model answer was memoised', () => {
     assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
     assert.equal(result.publication.revision, 1);
 
-    const memo = new AnswerMemo(path.join(dir, 'memo.db'));
+    const memo = new SqliteAnswerMemo(path.join(dir, 'memo.db'));
     try {
-      assert.equal(memo.count(), 2, 'one stored answer per model step');
+      assert.equal(await memo.count(), 2, 'one stored answer per model step');
     } finally {
-      memo.close();
+      await memo.close();
     }
 
     const report = recoveryReport(await handle.fetchHistory(), 0);

@@ -13,6 +13,7 @@ import type { temporal } from '@temporalio/proto';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
+import { z } from 'zod';
 import { createActivities } from '../activities';
 import type { OpenAICompatibleModel } from '../src/model/openai-compatible';
 import { FailureType } from '../src/contract';
@@ -114,15 +115,15 @@ async function until(condition: () => boolean, what: string, timeoutMs = 3_000):
 type Step = 'summarize' | 'tag';
 
 /** One attempt of one model step of a fresh run, in MockActivityEnvironment, against `model`. */
-function stepAttempt(step: Step, model: OpenAICompatibleModel) {
-  const local = tempParts(defer, { model });
+async function stepAttempt(step: Step, model: OpenAICompatibleModel) {
+  const local = await tempParts(defer, { model });
   const runId = randomUUID();
   const mock = new MockActivityEnvironment(
     { activityId: step, workflowExecution: { workflowId: `wf-${randomUUID()}`, runId } },
     { logger: quietLogger },
   );
   const activities = createActivities(local.deps);
-  const base = { documentId: 'doc-1', textRef: local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')) };
+  const base = { documentId: 'doc-1', textRef: await local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')) };
   const run = (): Promise<SummarizeResult | TagResult> =>
     step === 'summarize'
       ? mock.run(activities.summarize, { ...base, maxSentences: 2 })
@@ -249,13 +250,13 @@ describe('model faults through the activities', () => {
   for (const { name, reply, step, expect } of statusCases) {
     it(name, async () => {
       const server = await modelServerFor(defer, () => reply);
-      const attempt = stepAttempt(step, openAIModel(server));
+      const attempt = await stepAttempt(step, openAIModel(server));
       await assert.rejects(attempt.run(), expect);
       assert.deepEqual(
         server.requests.map((r) => r.idempotencyKey),
         [attempt.key],
       );
-      assert.equal(attempt.local.memo.count(), 0, 'a failed answer was memoised');
+      assert.equal(await attempt.local.memo.count(), 0, 'a failed answer was memoised');
     });
   }
 
@@ -265,7 +266,7 @@ describe('model faults through the activities', () => {
       headers: { 'retry-after': new Date(Date.now() + 30_000).toUTCString() },
       body: { error: 'slow down' },
     }));
-    const attempt = stepAttempt('summarize', openAIModel(server));
+    const attempt = await stepAttempt('summarize', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
@@ -301,7 +302,7 @@ describe('model faults through the activities', () => {
   for (const { name, content, path, excerpt } of tagCases) {
     it(`tags that fail the schema (${name}) are retryable ModelOutputInvalid naming the field`, async () => {
       const server = await modelServerFor(defer, () => ({ body: completion(content) }));
-      const attempt = stepAttempt('tag', openAIModel(server));
+      const attempt = await stepAttempt('tag', openAIModel(server));
       await assert.rejects(
         attempt.run(),
         applicationFailure(
@@ -311,13 +312,13 @@ describe('model faults through the activities', () => {
           (f) => assert.ok(f.message.includes(excerpt), f.message),
         ),
       );
-      assert.equal(attempt.local.memo.count(), 0);
+      assert.equal(await attempt.local.memo.count(), 0);
     });
   }
 
   it('a request with no answer is retryable and says no answer came within the timeout; the request is dropped', async () => {
     const server = await rawModelServer(() => {});
-    const attempt = stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 300 }));
+    const attempt = await stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 300 }));
     const started = Date.now();
     await assert.rejects(
       attempt.run(),
@@ -334,7 +335,7 @@ describe('model faults through the activities', () => {
 
   it('a connection reset is retryable and says the request failed', async () => {
     const server = await rawModelServer(({ req }) => req.socket.destroy());
-    const attempt = stepAttempt('tag', openAIModel(server));
+    const attempt = await stepAttempt('tag', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [
@@ -344,7 +345,7 @@ describe('model faults through the activities', () => {
       ]),
     );
     assert.equal(server.seen.length, 1, 'the POST was repeated by the HTTP client');
-    assert.equal(attempt.local.memo.count(), 0);
+    assert.equal(await attempt.local.memo.count(), 0);
   });
 
   it('a body cut off mid-transfer (connection closed before Content-Length bytes) is retryable', async () => {
@@ -354,7 +355,7 @@ describe('model faults through the activities', () => {
       res.write(body.slice(0, 40));
       setTimeout(() => res.destroy(), 50);
     });
-    const attempt = stepAttempt('summarize', openAIModel(server));
+    const attempt = await stepAttempt('summarize', openAIModel(server));
     await assert.rejects(
       attempt.run(),
       applicationFailure(FailureType.TransientModelError, true, [/request failed/, /will retry/]),
@@ -365,7 +366,7 @@ describe('model faults through the activities', () => {
     const server = await rawModelServer(({ answer }) => {
       setTimeout(() => answer(completion(SUMMARY)), 5_000);
     });
-    const attempt = stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 30_000 }));
+    const attempt = await stepAttempt('summarize', openAIModel(server, { requestTimeoutMs: 30_000 }));
     let duringCall = 0;
     attempt.mock.on('heartbeat', () => {
       if (server.seen.length > 0) duringCall++;
@@ -382,7 +383,7 @@ describe('model faults through the activities', () => {
 
   it('cancelling the activity aborts the HTTP request at once', async () => {
     const server = await rawModelServer(() => {});
-    const attempt = stepAttempt('tag', openAIModel(server, { requestTimeoutMs: 5_000 }));
+    const attempt = await stepAttempt('tag', openAIModel(server, { requestTimeoutMs: 5_000 }));
     const running = attempt.run();
     await until(() => server.seen.length === 1, 'the request to arrive');
     const cancelledAt = Date.now();
@@ -393,7 +394,7 @@ describe('model faults through the activities', () => {
     });
     await until(() => server.seen[0]?.abandoned === true, 'the connection to close', 2_000);
     assert.ok(Date.now() - cancelledAt < 2_000, 'the request outlived the cancellation');
-    assert.equal(attempt.local.memo.count(), 0);
+    assert.equal(await attempt.local.memo.count(), 0);
   });
 });
 
@@ -402,8 +403,11 @@ describe('model faults through the activities', () => {
 // ---------------------------------------------------------------------------------------------------------------
 
 /** Starts the pipeline on the sample text on a fresh task queue with a worker on `local` until `use` is done. */
-function withSamplePipeline<T>(local: LocalParts, use: (handle: StartedPipeline) => Promise<T>): Promise<T> {
-  return withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), use, {
+async function withSamplePipeline<T>(
+  local: LocalParts,
+  use: (handle: StartedPipeline) => Promise<T>,
+): Promise<T> {
+  return withPipeline(env, local, await pipelineInput(local.blobs, SAMPLE_TEXT), use, {
     taskQueuePrefix: 'model-faults-',
   });
 }
@@ -425,7 +429,7 @@ describe('model faults through real runs on the time-skipping server', () => {
       if (!tag && resets++ === 0) req.socket.destroy();
       else answer(completion(tag ? TAGS : SUMMARY));
     });
-    const local = tempParts(defer, { model: openAIModel(server) });
+    const local = await tempParts(defer, { model: openAIModel(server) });
     const { result, runId, history } = await withSamplePipeline(local, finishedRun);
     assert.equal(result.summary.summary, SUMMARY);
     assert.equal(result.publication.revision, 1);
@@ -440,7 +444,7 @@ describe('model faults through real runs on the time-skipping server', () => {
       if (tag && hung++ === 0) return;
       answer(completion(tag ? TAGS : SUMMARY));
     });
-    const local = tempParts(defer, { model: openAIModel(server, { requestTimeoutMs: 500 }) });
+    const local = await tempParts(defer, { model: openAIModel(server, { requestTimeoutMs: 500 }) });
     const { result, runId, history } = await withSamplePipeline(local, finishedRun);
     assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
     assert.equal(finalAttempt(history, 'tag'), 2);
@@ -468,7 +472,7 @@ describe('model faults through real runs on the time-skipping server', () => {
             },
           },
     );
-    const local = tempParts(defer, { model: openAIModel(server) });
+    const local = await tempParts(defer, { model: openAIModel(server) });
     await withSamplePipeline(local, (handle) =>
       assert.rejects(
         handle.result(),
@@ -485,32 +489,54 @@ describe('model faults through real runs on the time-skipping server', () => {
       1,
       'the refused summary was retried',
     );
-    assert.equal(local.store.countPublications(), 0);
+    assert.equal(await local.store.countPublications(), 0);
   });
 
-  it('tags that keep failing the schema fail the run after all 6 attempts with a message saying what was wrong', async () => {
+  it('tags that keep failing the schema: each retry quotes the error and asks for JSON, and the 6th refusal fails the step for good', async () => {
     const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? { body: completion('{"tags": []}') } : normalAnswer(request),
     );
-    const local = tempParts(defer, { model: openAIModel(server) });
+    const local = await tempParts(defer, { model: openAIModel(server) });
     const runId = await withSamplePipeline(local, async (handle) => {
       await assert.rejects(
         handle.result(),
         stepFailure('tag', (failure, activity) => {
-          assert.equal(failure.type, FailureType.ModelOutputInvalid);
-          assert.equal(failure.nonRetryable, false);
+          assert.equal(failure.type, FailureType.ProviderErrorsExhausted);
+          assert.equal(failure.nonRetryable, true);
+          assert.match(failure.message, /failed 6 times for tag in this run \(MAX_PROVIDER_ERRORS is 6\)/);
           assert.match(
             failure.message,
             /model test-model did not answer with \{"tags": \[\.\.\.\]\} \(tags: /,
           );
           assert.match(failure.message, /its answer began: \{"tags": \[\]\}/);
-          assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+          assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);
         }),
       );
       return handle.firstExecutionRunId;
     });
-    const tagKeys = server.requests.filter(isTagRequest).map((r) => r.idempotencyKey);
-    assert.deepEqual(tagKeys, Array(6).fill(`${runId}:tag`));
-    assert.equal(local.store.countPublications(), 0);
+    const tagRequests = server.requests.filter(isTagRequest);
+    assert.deepEqual(
+      tagRequests.map((r) => r.idempotencyKey),
+      Array(6).fill(`${runId}:tag`),
+    );
+    // The first request is the plain one; every retry quotes the refusal, caps the tokens and asks for JSON.
+    const RetryBodySchema = z.object({
+      max_tokens: z.number().int().positive(),
+      response_format: z.object({ type: z.literal('json_object') }),
+      messages: z.array(z.object({ role: z.string(), content: z.string() })),
+    });
+    assert.equal(
+      RetryBodySchema.safeParse(tagRequests[0]?.body).success,
+      false,
+      'the first request is the plain one',
+    );
+    for (const retry of tagRequests.slice(1)) {
+      const body = RetryBodySchema.parse(retry.body);
+      assert.match(
+        body.messages.at(-1)?.content ?? '',
+        /Your previous answer to this request was refused: model/,
+      );
+    }
+    assert.equal(await local.store.countPublications(), 0);
   });
 });

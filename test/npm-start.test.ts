@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { PublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { dataPaths } from '../src/config';
 import { cleanupAfterAll, completion, freePort, isTagRequest, modelServerFor, scratchDir } from './helpers';
 
@@ -128,10 +128,10 @@ describe('npm start after a kill -9', () => {
     );
     assert.equal(model.requests.length, SAMPLE_COUNT * 3);
 
-    const store = new PublicationStore(path.join(dataDir, 'publications.db'));
+    const store = new SqlitePublicationStore(path.join(dataDir, 'publications.db'));
     defer(() => store.close());
-    assert.equal(store.countPublications(), SAMPLE_COUNT);
-    const created = store.deliveries().filter((d) => d.outcome === 'created');
+    assert.equal(await store.countPublications(), SAMPLE_COUNT);
+    const created = (await store.deliveries()).filter((d) => d.outcome === 'created');
     assert.equal(created.length, SAMPLE_COUNT, 'a document was published twice');
     console.log(
       `npm start resume: ${requestsBeforeKill} model requests before the kill, ${model.requests.length} in all; ` +

@@ -46,7 +46,7 @@ describe('SIGTERM during a model call', () => {
         body: completion(request.step === 'tag' ? '{"tags": ["deploys"]}' : 'Deploys must not pay twice.'),
         delayMs: MODEL_LATENCY_MS,
       }));
-      const local = tempParts(defer);
+      const local = await tempParts(defer);
       const taskQueue = `shutdown-${randomUUID()}`;
       const workerEnv = (identity: string): Record<string, string> => ({
         TEMPORAL_ADDRESS: env.address,
@@ -60,7 +60,7 @@ describe('SIGTERM during a model call', () => {
       });
       const first = await startCrashableWorker(workerEnv('deployed-worker-1'));
       defer(async () => void (await first.kill()));
-      const handle = await startPipeline(env, taskQueue, pipelineInput(local.blobs, SAMPLE_TEXT));
+      const handle = await startPipeline(env, taskQueue, await pipelineInput(local.blobs, SAMPLE_TEXT));
 
       while (server.open().length < 2) await sleep(50);
       first.child.kill('SIGTERM');

@@ -4,9 +4,10 @@
  */
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import type { PipelineResult, PublishInput } from '../src/contract';
-import { PublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
 import { formatReport } from '../src/runs/report-format';
 import { documentStatus, exitCodeFor, printOutcomes } from '../src/runs/result-table';
 import type { DocumentOutcome } from '../src/runs/result-table';
@@ -22,7 +23,11 @@ const modelFields = {
 } as const;
 
 /** A finished run's outcome whose publish receipt is what the real store answered for `scheduledAt`. */
-function outcomeFor(store: PublicationStore, runId: string, scheduledAt: number): DocumentOutcome {
+async function outcomeFor(
+  store: PublicationStore,
+  runId: string,
+  scheduledAt: number,
+): Promise<DocumentOutcome> {
   const publication: PublishInput = {
     documentId: 'notes',
     title: 'Notes',
@@ -32,7 +37,7 @@ function outcomeFor(store: PublicationStore, runId: string, scheduledAt: number)
     model: modelFields.model,
     scheduledAt,
   };
-  const receipt = store.publish(publication, `${runId}:publish`);
+  const receipt = await store.publish(publication, `${runId}:publish`);
   const result: PipelineResult = {
     documentId: 'notes',
     title: 'Notes',
@@ -51,10 +56,14 @@ function outcomeFor(store: PublicationStore, runId: string, scheduledAt: number)
 }
 
 describe('a superseded publication', () => {
-  const store = new PublicationStore(path.join(scratchDir(defer), 'publications.db'));
+  const store = new SqlitePublicationStore(path.join(scratchDir(defer), 'publications.db'));
   defer(() => store.close());
-  const newer = outcomeFor(store, 'run-new', 2_000);
-  const older = outcomeFor(store, 'run-old', 1_000);
+  let newer: DocumentOutcome;
+  let older: DocumentOutcome;
+  before(async () => {
+    newer = await outcomeFor(store, 'run-new', 2_000);
+    older = await outcomeFor(store, 'run-old', 1_000);
+  });
 
   it('is its own status and exit code, never "published"', () => {
     assert.equal(documentStatus(newer), 'published');

@@ -73,8 +73,8 @@ function activitySpan(
 
 describe('documentPipeline on the time-skipping server', () => {
   it('summarizes, tags and publishes revision 1 under keys <runId>:<step>', async () => {
-    const local = tempParts(defer);
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer);
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
     const { result, runId } = await withPipeline(env, local, input, async (handle) => ({
       result: await handle.result(),
       runId: handle.firstExecutionRunId,
@@ -94,13 +94,13 @@ describe('documentPipeline on the time-skipping server', () => {
       revision: 1,
       duplicate: false,
     });
-    assert.equal(local.store.countPublications(), 1);
-    assert.deepEqual(local.store.revisionsOf(input.documentId), [
+    assert.equal(await local.store.countPublications(), 1);
+    assert.deepEqual(await local.store.revisionsOf(input.documentId), [
       { revision: 1, idempotencyKey: `${runId}:publish` },
     ]);
   });
 
-  it('retries a step rejected twice with 429 Retry-After: 3600 and skips the hours, not waits them', async () => {
+  it('retries a step rejected twice with 429 Retry-After: 3600 within a 4-hour step budget, and skips the hours', async () => {
     let summarizeRequests = 0;
     const server = await modelServerFor(defer, (request) => {
       if (!isTagRequest(request) && ++summarizeRequests <= 2) {
@@ -108,8 +108,9 @@ describe('documentPipeline on the time-skipping server', () => {
       }
       return normalAnswer(request);
     });
-    const local = tempParts(defer, { model: openAIModel(server) });
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer, { model: openAIModel(server) });
+    // Two hours of Retry-After do not fit the default budget of 60 minutes per step.
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT, { options: { stepBudgetMinutes: 240 } });
 
     const wallStart = Date.now();
     const { result, runId, history } = await withPipeline(env, local, input, finishedRun);
@@ -131,29 +132,30 @@ describe('documentPipeline on the time-skipping server', () => {
     assert.deepEqual(keys, [`${runId}:summarize`, `${runId}:summarize`, `${runId}:summarize`]);
   });
 
-  it('fails with the HTTP 500 chain once the model step has used all 6 attempts', async () => {
+  it('fails for good at the 6th provider error of the run (MAX_PROVIDER_ERRORS), quoting the last HTTP 500', async () => {
     // Only summarize fails (tag runs beside it and succeeds), so the failing step is known.
     const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? normalAnswer(request) : { status: 500, body: { error: 'upstream exploded' } },
     );
-    const local = tempParts(defer, { model: openAIModel(server) });
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer, { model: openAIModel(server) });
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
 
     const wallStart = Date.now();
     await withPipeline(env, local, input, (handle) =>
       assert.rejects(
         handle.result(),
         stepFailure('summarize', (failure, activity) => {
-          assert.equal(failure.type, FailureType.TransientModelError);
+          assert.equal(failure.type, FailureType.ProviderErrorsExhausted);
+          assert.match(failure.message, /failed 6 times for summarize in this run/);
           assert.match(failure.message, /HTTP 500/);
           assert.match(failure.message, /upstream exploded/);
-          assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+          assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);
         }),
       ),
     );
     assert.ok(Date.now() - wallStart < 30_000, 'the backoffs were waited, not skipped');
     assert.equal(server.requests.filter((r) => !isTagRequest(r)).length, 6);
-    assert.equal(local.store.countPublications(), 0);
+    assert.equal(await local.store.countPublications(), 0);
   });
 
   describe('refuses an invalid input at once, before any step runs', () => {
@@ -191,8 +193,8 @@ describe('documentPipeline on the time-skipping server', () => {
     for (const { name, input, type, message } of cases) {
       it(name, async () => {
         const server = await modelServerFor(defer, normalAnswer);
-        const local = tempParts(defer, { model: openAIModel(server) });
-        const valid = { ...pipelineInput(local.blobs, SAMPLE_TEXT) };
+        const local = await tempParts(defer, { model: openAIModel(server) });
+        const valid = { ...(await pipelineInput(local.blobs, SAMPLE_TEXT)) };
 
         const status = await withPipeline(env, local, input(valid), async (handle) => {
           await assert.rejects(
@@ -207,8 +209,8 @@ describe('documentPipeline on the time-skipping server', () => {
         });
         assert.equal(status, 'FAILED');
         assert.equal(server.requests.length, 0, 'a model step ran');
-        assert.equal(local.memo.count(), 0);
-        assert.equal(local.store.countPublications(), 0, 'the publish step ran');
+        assert.equal(await local.memo.count(), 0);
+        assert.equal(await local.store.countPublications(), 0, 'the publish step ran');
       });
     }
   });
@@ -219,26 +221,26 @@ describe('documentPipeline on the time-skipping server', () => {
       { name: 'JSON of another shape', content: '{"labels": ["checkpoints"]}' },
     ];
     for (const { name, content } of malformed) {
-      it(`fails with ModelOutputInvalid after every attempt when it stays ${name}`, async () => {
+      it(`fails at the 6th refused answer when it stays ${name}, quoting it`, async () => {
         const server = await modelServerFor(defer, (request) =>
           isTagRequest(request) ? { body: completion(content) } : normalAnswer(request),
         );
-        const local = tempParts(defer, { model: openAIModel(server) });
+        const local = await tempParts(defer, { model: openAIModel(server) });
 
-        await withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+        await withPipeline(env, local, await pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
           assert.rejects(
             handle.result(),
             stepFailure('tag', (failure, activity) => {
-              assert.equal(failure.type, FailureType.ModelOutputInvalid);
-              assert.equal(failure.nonRetryable, false);
+              assert.equal(failure.type, FailureType.ProviderErrorsExhausted);
+              assert.equal(failure.nonRetryable, true);
               assert.match(failure.message, /did not answer with \{"tags": \[\.\.\.\]\}/);
               assert.ok(failure.message.includes(content.slice(0, 20)), failure.message);
-              assert.equal(activity.retryState, RetryState.MAXIMUM_ATTEMPTS_REACHED);
+              assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);
             }),
           ),
         );
         assert.equal(server.requests.filter(isTagRequest).length, 6);
-        assert.equal(local.store.countPublications(), 0);
+        assert.equal(await local.store.countPublications(), 0);
       });
     }
 
@@ -249,17 +251,17 @@ describe('documentPipeline on the time-skipping server', () => {
           ? { body: completion('{"labels": ["checkpoints"]}') }
           : normalAnswer(request),
       );
-      const local = tempParts(defer, { model: openAIModel(server) });
+      const local = await tempParts(defer, { model: openAIModel(server) });
 
       const result: PipelineResult = await withPipeline(
         env,
         local,
-        pipelineInput(local.blobs, SAMPLE_TEXT),
+        await pipelineInput(local.blobs, SAMPLE_TEXT),
         (handle) => handle.result(),
       );
       assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
       assert.equal(server.requests.filter(isTagRequest).length, 2);
-      assert.equal(local.store.countPublications(), 1);
+      assert.equal(await local.store.countPublications(), 1);
     });
   });
 
@@ -267,9 +269,9 @@ describe('documentPipeline on the time-skipping server', () => {
     const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? normalAnswer(request) : { status: 401, body: { error: 'invalid api key' } },
     );
-    const local = tempParts(defer, { model: openAIModel(server) });
+    const local = await tempParts(defer, { model: openAIModel(server) });
 
-    await withPipeline(env, local, pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
+    await withPipeline(env, local, await pipelineInput(local.blobs, SAMPLE_TEXT), (handle) =>
       assert.rejects(
         handle.result(),
         stepFailure('summarize', (failure, activity) => {

@@ -16,35 +16,28 @@ import type { PipelineProgress, PipelineResult, StepName, SummarizeResult, TagRe
 export const progressQuery = defineQuery<PipelineProgress>('progress');
 
 /**
+ * Retries fit the fault. No attempt cap: a worker that crashes or stalls times its attempts out (heartbeat
+ * timeout), and that must never fail a document, however often it happens. What bounds a step is its overall
+ * budget (schedule-to-close, from the input) and, for provider errors, a count the activity keeps in the memo
+ * (MAX_PROVIDER_ERRORS), past which it fails the step for good with the provider's last error.
+ *
  * Model steps: a dead worker is noticed by the heartbeat timeout (the activity heartbeats every 2 s), a hung
- * call by the start-to-close timeout, which the input may raise for big documents. Provider errors are retried
- * with backoff; a 429's Retry-After overrides the backoff through the failure's nextRetryDelay.
+ * call by the start-to-close timeout, which the input may raise for big documents. A 429's Retry-After
+ * overrides the backoff through the failure's nextRetryDelay.
  */
 const modelStepOptions: ActivityOptions = {
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '10 seconds',
-  retry: {
-    initialInterval: '2 seconds',
-    backoffCoefficient: 2,
-    maximumInterval: '2 minutes',
-    maximumAttempts: 6,
-  },
+  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '2 minutes' },
 };
 
-/** Publish: the target dedupes by key, so retrying is safe; a down target is retried for about half an hour. */
+/** Publish: the target (or the ledger in front of a webhook) dedupes by key, so retrying is safe. */
 const publishOptions: ActivityOptions = {
   activityId: 'publish',
   startToCloseTimeout: '1 minute',
   heartbeatTimeout: '10 seconds',
-  retry: {
-    initialInterval: '5 seconds',
-    backoffCoefficient: 2,
-    maximumInterval: '10 minutes',
-    maximumAttempts: 10,
-  },
+  retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '10 minutes' },
 };
-
-const { publish } = proxyActivities<PipelineActivities>(publishOptions);
 
 /**
  * Summarize, tag, publish one document. The event history is the checkpoint: after a crash, replay skips every
@@ -70,8 +63,10 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     }
   };
 
-  // The model timeout is per document, so these two proxies are made per run from the module-level defaults.
-  const modelTimeout = { startToCloseTimeout: `${options.modelTimeoutSeconds} seconds` } as const;
+  // The model timeout and the step budget are per document, so the proxies are made per run from the defaults.
+  const budget = { scheduleToCloseTimeout: `${options.stepBudgetMinutes} minutes` } as const;
+  const modelTimeout = { ...budget, startToCloseTimeout: `${options.modelTimeoutSeconds} seconds` } as const;
+  const { publish } = proxyActivities<PipelineActivities>({ ...publishOptions, ...budget });
   const { summarize } = proxyActivities<PipelineActivities>({
     ...modelStepOptions,
     ...modelTimeout,

@@ -9,6 +9,7 @@ import type { DocumentModel, ModelAnswer, ModelCall } from './types';
  */
 export class OfflineModel implements DocumentModel {
   readonly info = { provider: 'offline', model: 'extractive-wink-nlp' } as const;
+  readonly promptVersion = 'offline-1';
 
   constructor(private readonly latencyMs = 0) {}
 

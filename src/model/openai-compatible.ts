@@ -2,6 +2,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
 import { describeIssues, FailureType } from '../contract';
+import type { Usage } from '../contract';
 import type { DocumentModel, ModelAnswer, ModelCall } from './types';
 
 /** Characters of document text sent to the model; longer texts are cut, and the prompt says so. */
@@ -41,6 +42,8 @@ export interface OpenAICompatibleOptions {
  */
 export class OpenAICompatibleModel implements DocumentModel {
   readonly info;
+  /** Bump with any change to the prompts below or to the shape of their answers. */
+  readonly promptVersion = 'prompts-2';
   private readonly url: string;
 
   constructor(private readonly options: OpenAICompatibleOptions) {
@@ -60,6 +63,7 @@ export class OpenAICompatibleModel implements DocumentModel {
         { role: 'user', content: clip(text) },
       ],
       call,
+      { maxTokens: 120 * maxSentences + 100 },
     );
     return { value: content.trim(), usage };
   }
@@ -76,30 +80,52 @@ export class OpenAICompatibleModel implements DocumentModel {
         { role: 'user', content: clip(text) },
       ],
       call,
+      { maxTokens: 24 * maxTags + 60, json: true },
     );
     const parsed = TagsAnswerSchema.safeParse(parseJsonLoosely(content));
     if (!parsed.success) {
-      throw ApplicationFailure.create({
-        type: FailureType.ModelOutputInvalid,
-        message:
-          `model ${this.options.model} did not answer with {"tags": [...]} (${describeIssues(parsed.error)}); ` +
+      throw paidButRefused(
+        `model ${this.options.model} did not answer with {"tags": [...]} (${describeIssues(parsed.error)}); ` +
           `its answer began: ${excerpt(content, 120)}`,
-      });
+        usage,
+      );
     }
     const tags = [...new Set(parsed.data.tags.map((t) => t.toLowerCase()))].slice(0, maxTags);
     return { value: tags, usage };
   }
 
+  /**
+   * One chat completion. A retry of a refused answer (call.retryHint) is not the identical request again: it quotes
+   * the refusal to the model, caps the answer's tokens and, for JSON answers, asks for JSON output mode.
+   */
   private async chat(
     messages: { role: 'system' | 'user'; content: string }[],
     call: ModelCall,
-  ): Promise<{ content: string; usage: { inputTokens: number; outputTokens: number } }> {
+    { maxTokens, json = false }: { maxTokens: number; json?: boolean },
+  ): Promise<{ content: string; usage: Usage }> {
     const what = `model server at ${this.url}`;
     const headers: Record<string, string> = { 'idempotency-key': call.idempotencyKey };
     if (this.options.apiKey !== undefined) headers.authorization = `Bearer ${this.options.apiKey}`;
     const answer = await postJson(
       this.url,
-      { model: this.options.model, messages, temperature: 0 },
+      {
+        model: this.options.model,
+        messages:
+          call.retryHint === undefined
+            ? messages
+            : [
+                ...messages,
+                {
+                  role: 'system',
+                  content:
+                    `Your previous answer to this request was refused: ${call.retryHint}. Answer again, ` +
+                    `complete and within ${maxTokens} tokens, exactly in the form asked for.`,
+                },
+              ],
+        temperature: 0,
+        ...(call.retryHint === undefined ? {} : { max_tokens: maxTokens }),
+        ...(call.retryHint !== undefined && json ? { response_format: { type: 'json_object' } } : {}),
+      },
       {
         headers,
         timeoutMs: this.options.requestTimeoutMs,
@@ -130,6 +156,10 @@ export class OpenAICompatibleModel implements DocumentModel {
         message: `${what} sent a body that is not a chat completion (${describeIssues(completion.error)}): ${excerpt(answer.body, 120)}`,
       });
     }
+    const usage: Usage = {
+      inputTokens: completion.data.usage?.prompt_tokens ?? 0,
+      outputTokens: completion.data.usage?.completion_tokens ?? 0,
+    };
     const [choice] = completion.data.choices;
     const refusal = choice?.message.refusal;
     if (
@@ -143,24 +173,26 @@ export class OpenAICompatibleModel implements DocumentModel {
       });
     }
     if (choice?.finish_reason === 'length') {
-      throw ApplicationFailure.create({
-        type: FailureType.ModelOutputInvalid,
-        message: `model ${this.options.model} was cut off (finish_reason "length") before finishing its answer`,
-      });
+      throw paidButRefused(
+        `model ${this.options.model} was cut off (finish_reason "length") before finishing its answer`,
+        usage,
+      );
     }
     const content = choice?.message.content ?? '';
     if (content.trim() === '') {
-      throw ApplicationFailure.create({
-        type: FailureType.ModelOutputInvalid,
-        message: `model ${this.options.model} answered with empty content`,
-      });
+      throw paidButRefused(`model ${this.options.model} answered with empty content`, usage);
     }
-    const usage = completion.data.usage;
-    return {
-      content,
-      usage: { inputTokens: usage?.prompt_tokens ?? 0, outputTokens: usage?.completion_tokens ?? 0 },
-    };
+    return { content, usage };
   }
+}
+
+/** A retryable refusal of an answer the provider was paid for: its usage rides along, so the cost counts it. */
+function paidButRefused(message: string, usage: Usage): ApplicationFailure {
+  return ApplicationFailure.create({
+    type: FailureType.ModelOutputInvalid,
+    message,
+    details: [{ paidUsage: usage }],
+  });
 }
 
 function clip(text: string): string {

@@ -42,7 +42,9 @@ export function formatCost(cost: number | null | undefined): string {
 }
 
 /** Tokens and cost of some model steps added up; the cost is null when any step's model had no price. */
-export function totalUsage(steps: readonly { usage: Usage; estimatedCostUsd?: number | null }[]): {
+export function totalUsage(
+  steps: readonly { usage: Usage; rejectedUsage?: Usage | undefined; estimatedCostUsd?: number | null }[],
+): {
   inputTokens: number;
   outputTokens: number;
   costUsd: number | null;
@@ -53,8 +55,12 @@ export function totalUsage(steps: readonly { usage: Usage; estimatedCostUsd?: nu
     costUsd = costUsd === null || cost === null || cost === undefined ? null : costUsd + cost;
   }
   return {
-    inputTokens: steps.reduce((sum, s) => sum + s.usage.inputTokens, 0),
-    outputTokens: steps.reduce((sum, s) => sum + s.usage.outputTokens, 0),
+    // Paid answers the step refused are tokens spent too.
+    inputTokens: steps.reduce((sum, s) => sum + s.usage.inputTokens + (s.rejectedUsage?.inputTokens ?? 0), 0),
+    outputTokens: steps.reduce(
+      (sum, s) => sum + s.usage.outputTokens + (s.rejectedUsage?.outputTokens ?? 0),
+      0,
+    ),
     costUsd,
   };
 }

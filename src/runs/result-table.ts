@@ -107,6 +107,17 @@ export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line
         `SUPERSEDED ${o.source}: a newer run had already published revision ${o.result?.publication.revision}`,
       );
   }
+  const webhook = outcomes.flatMap((o) =>
+    o.result?.publication.target === 'webhook' ? [o.result.publication.receiverHonoursKey === true] : [],
+  );
+  if (webhook.length > 0) {
+    print(
+      webhook.some(Boolean)
+        ? 'Webhook receiver: echoes Idempotency-Key, so it dedupes; a delivery whose answer was lost is sent again.'
+        : 'Webhook receiver: does not echo Idempotency-Key; a delivery whose answer was lost is held for ' +
+            '`npm run deliveries` instead of being sent twice.',
+    );
+  }
   const steps = outcomes.flatMap((o) => (o.result ? modelStepResults(o.result) : []));
   print(`Model usage: ${describeUsage(steps)} in total, each answer counted once (memoised ones included).`);
   print(summarizeReports(reports));

@@ -16,6 +16,11 @@ export interface ChatRequest {
   authorization: string | undefined;
   /** The JSON body; undefined when it was not JSON. */
   body: unknown;
+  /**
+   * The first path segment when the base URL had one (`<origin>/<route>/v1`): a test gives each worker host its
+   * own route, to tell whose call it is.
+   */
+  route: string | undefined;
   /** Which step asked, told apart by the prompt. */
   step: ModelStepName;
   receivedAt: number;
@@ -59,7 +64,8 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/chat/completions') {
+      const path = /^(?:\/([\w-]+))?\/v1\/chat\/completions$/.exec(req.url ?? '');
+      if (req.method !== 'POST' || path === null) {
         res.writeHead(404, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: { message: 'POST /v1/chat/completions is the only route' } }));
         return;
@@ -79,6 +85,7 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
         idempotencyKey: header('idempotency-key'),
         authorization: header('authorization'),
         body,
+        route: path[1],
         step: stepOf(raw),
         receivedAt: Date.now(),
         answeredAt: undefined,
