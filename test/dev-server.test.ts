@@ -11,11 +11,10 @@ import { randomUUID } from 'node:crypto';
 import type { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { BlobStore } from '../src/documents/blobs';
+import { FileBlobStore } from '../src/documents/blobs';
 import { dataPaths } from '../src/config';
-import { PublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
-import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { recoveryReport } from '../src/runs/history';
 import { progressQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
@@ -36,6 +35,7 @@ import {
   temporalExecutable,
   startCrashableWorker,
   writeWorkflowBundle,
+  webhookPublisher,
 } from './helpers';
 import { startLink } from '../src/cli/demo/link';
 import type { LinkRequest } from '../src/cli/demo/link';
@@ -121,13 +121,13 @@ describe('documentPipeline on a real dev server', () => {
     );
     // The client's own timeout is far away, so it is Temporal's start-to-close (3 s) that ends the first attempt.
     const model = openAIModel(server, { requestTimeoutMs: 60_000 });
-    const local = tempParts(defer, { model });
+    const local = await tempParts(defer, { model });
     const taskQueue = `test-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
     const handle = await startPipeline(
       env,
       taskQueue,
-      pipelineInput(local.blobs, SAMPLE_TEXT, { options: { modelTimeoutSeconds: 3 } }),
+      await pipelineInput(local.blobs, SAMPLE_TEXT, { options: { modelTimeoutSeconds: 3 } }),
     );
 
     const { result, history } = await worker.runUntil(async () => ({
@@ -149,7 +149,7 @@ describe('documentPipeline on a real dev server', () => {
 
   it('finishes on a new worker after the first is killed once tag completed: summarize and tag ran exactly once', async () => {
     const server = await modelServerFor(defer, normalAnswer);
-    const store = new PublicationStore(path.join(scratchDir(defer), 'publications.db'));
+    const store = new SqlitePublicationStore(path.join(scratchDir(defer), 'publications.db'));
     defer(() => store.close());
     const receiver = await startReceiver(store);
     defer(() => receiver.close());
@@ -160,7 +160,9 @@ describe('documentPipeline on a real dev server', () => {
     // Each worker has its own data folder (the document's text in each), so no memo of worker 1 could hide a
     // second model call by worker 2: the model server's count is the evidence.
     const dirs = [scratchDir(defer), scratchDir(defer)];
-    const inputs = dirs.map((dir) => pipelineInput(new BlobStore(dataPaths(dir).blobs), SAMPLE_TEXT));
+    const inputs = await Promise.all(
+      dirs.map((dir) => pipelineInput(new FileBlobStore(dataPaths(dir).blobs), SAMPLE_TEXT)),
+    );
     const input = inputs[0];
     assert.ok(input !== undefined);
     assert.equal(inputs[1]?.textRef, input.textRef);
@@ -209,8 +211,8 @@ describe('documentPipeline on a real dev server', () => {
         ['tag', `${runId}:tag`],
       ],
     );
-    assert.equal(store.countPublications(), 1);
-    assert.deepEqual(store.revisionsOf(input.documentId), [
+    assert.equal(await store.countPublications(), 1);
+    assert.deepEqual(await store.revisionsOf(input.documentId), [
       { revision: 1, idempotencyKey: `${runId}:publish` },
     ]);
     const workerOf = (id: string) =>
@@ -223,8 +225,8 @@ describe('documentPipeline on a real dev server', () => {
   });
 
   it('leaves one publication, delivered under one key, when the worker dies between publish and completion', async () => {
-    const local = tempParts(defer);
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer);
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
     const common = { TEMPORAL_TASK_QUEUE: taskQueue, DATA_DIR: local.dir };
 
@@ -239,10 +241,10 @@ describe('documentPipeline on a real dev server', () => {
     assert.equal(result.publication.idempotencyKey, key);
     assert.equal(result.publication.revision, 1);
     assert.equal(result.publication.duplicate, true);
-    assert.equal(local.store.countPublications(), 1);
-    assert.deepEqual(local.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+    assert.equal(await local.store.countPublications(), 1);
+    assert.deepEqual(await local.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
     assert.deepEqual(
-      local.store.deliveries().map((d) => [d.documentId, d.idempotencyKey, d.outcome]),
+      (await local.store.deliveries()).map((d) => [d.documentId, d.idempotencyKey, d.outcome]),
       [
         [input.documentId, key, 'created'],
         [input.documentId, key, 'duplicate'],
@@ -251,8 +253,8 @@ describe('documentPipeline on a real dev server', () => {
   });
 
   it('publishes revision 2 of the same document after a reset, under the new run ID', async () => {
-    const local = tempParts(defer);
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer);
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
     const handle = await startPipeline(env, taskQueue, input);
@@ -282,15 +284,15 @@ describe('documentPipeline on a real dev server', () => {
     assert.equal(result.publication.idempotencyKey, `${newRun}:publish`);
     assert.equal(result.publication.revision, 2);
     assert.equal(result.publication.duplicate, false);
-    assert.equal(local.store.countPublications(), 1);
-    assert.deepEqual(local.store.revisionsOf(input.documentId), [
+    assert.equal(await local.store.countPublications(), 1);
+    assert.deepEqual(await local.store.revisionsOf(input.documentId), [
       { revision: 1, idempotencyKey: `${oldRun}:publish` },
       { revision: 2, idempotencyKey: `${newRun}:publish` },
     ]);
   });
 
   it('does not let a late publish from the run a reset replaced overwrite the reset run’s publication', async () => {
-    const store = new PublicationStore(path.join(scratchDir(defer), 'publications.db'));
+    const store = new SqlitePublicationStore(path.join(scratchDir(defer), 'publications.db'));
     defer(() => store.close());
     const receiver = await startReceiver(store);
     defer(() => receiver.close());
@@ -300,8 +302,10 @@ describe('documentPipeline on a real dev server', () => {
       hold: ({ key }) => (heldKey ??= key) === key,
     });
     defer(() => gate.close());
-    const local = tempParts(defer, { publisher: new WebhookPublisher(gate.url, 60_000) });
-    const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+    const local = await tempParts(defer, {
+      publisher: webhookPublisher(defer, gate.url, { timeoutMs: 60_000 }),
+    });
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
     const taskQueue = `test-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
     const handle = await startPipeline(env, taskQueue, input);
@@ -353,12 +357,12 @@ describe('documentPipeline on a real dev server', () => {
         body: { documentId: input.documentId, revision: 1, duplicate: false, superseded: true },
       });
     }
-    assert.deepEqual(store.revisionsOf(input.documentId), [
+    assert.deepEqual(await store.revisionsOf(input.documentId), [
       { revision: 1, idempotencyKey: `${newRun}:publish` },
     ]);
-    assert.equal(store.currentPublication(input.documentId)?.revision, 1);
+    assert.equal((await store.currentPublication(input.documentId))?.revision, 1);
     assert.deepEqual(
-      store.deliveries().map((d) => [d.idempotencyKey, d.outcome]),
+      (await store.deliveries()).map((d) => [d.idempotencyKey, d.outcome]),
       [[`${newRun}:publish`, 'created'], ...late.map(() => [`${oldRun}:publish`, 'stale'])],
     );
   });

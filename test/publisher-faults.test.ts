@@ -13,9 +13,8 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { PublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
-import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { FailureType } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import type { Publisher } from '../src/publisher/types';
@@ -31,6 +30,7 @@ import {
   tempParts,
   timeSkippingEnv,
   withPipeline,
+  webhookPublisher,
 } from './helpers';
 import { relay } from '../src/cli/demo/link';
 import type { StartedPipeline } from './helpers';
@@ -64,7 +64,7 @@ interface Delivery {
 /** A receiver and its store in a temp folder, behind a proxy that applies `script` to delivery n (from 1). */
 async function faultyWebhook(script: (n: number) => Fault) {
   const dir = tempDir('publisher-faults-');
-  const store = new PublicationStore(path.join(dir, 'receiver.db'));
+  const store = new SqlitePublicationStore(path.join(dir, 'receiver.db'));
   const receiver = await startReceiver(store);
   const deliveries: Delivery[] = [];
 
@@ -102,7 +102,11 @@ async function faultyWebhook(script: (n: number) => Fault) {
           req.socket.destroy();
           return;
         }
-        send(answer.status, answer.body);
+        send(
+          answer.status,
+          answer.body,
+          answer.echoedKey === null ? {} : { 'idempotency-key': answer.echoedKey },
+        );
       };
       act().catch((err: unknown) => send(599, JSON.stringify({ error: `proxy: ${String(err)}` })));
     });
@@ -112,7 +116,7 @@ async function faultyWebhook(script: (n: number) => Fault) {
   defer(async () => {
     await closeServer(proxy);
     await receiver.close();
-    store.close();
+    await store.close();
     fs.rmSync(dir, { recursive: true, force: true });
   });
   return { url: `${origin}/publications`, store, deliveries };
@@ -122,8 +126,12 @@ async function faultyWebhook(script: (n: number) => Fault) {
  * The webhook publisher, recording what each attempt threw. (The time-skipping server does not record an
  * attempt's last failure in the history, so the test keeps its own.)
  */
-function recordingWebhook(url: string, timeoutMs: number): { publisher: Publisher; errors: string[] } {
-  const inner = new WebhookPublisher(url, timeoutMs);
+function recordingWebhook(
+  url: string,
+  timeoutMs: number,
+  policy: 'auto' | 'resend' | 'hold',
+): { publisher: Publisher; errors: string[] } {
+  const inner = webhookPublisher(defer, url, { timeoutMs, policy });
   const errors: string[] = [];
   const publisher: Publisher = {
     kind: inner.kind,
@@ -136,15 +144,19 @@ function recordingWebhook(url: string, timeoutMs: number): { publisher: Publishe
   return { publisher, errors };
 }
 
-/** Runs the pipeline with the offline model and a webhook publisher to `url`, on a fresh task queue. */
-function withWebhookPipeline<T>(
+/**
+ * Runs the pipeline with the offline model and a webhook publisher to `url`, on a fresh task queue. `policy` is
+ * OPEN_DELIVERY_POLICY: `resend` where the test's receiver is known to dedupe before it had a chance to echo.
+ */
+async function withWebhookPipeline<T>(
   url: string,
   timeoutMs: number,
   use: (handle: StartedPipeline, input: PipelineInput, publishErrors: string[]) => Promise<T>,
+  policy: 'auto' | 'resend' | 'hold' = 'auto',
 ): Promise<T> {
-  const { publisher, errors } = recordingWebhook(url, timeoutMs);
-  const local = tempParts(defer, { publisher });
-  const input = pipelineInput(local.blobs, SAMPLE_TEXT);
+  const { publisher, errors } = recordingWebhook(url, timeoutMs, policy);
+  const local = await tempParts(defer, { publisher });
+  const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
   return withPipeline(env, local, input, (handle) => use(handle, input, errors), {
     taskQueuePrefix: 'publisher-faults-',
   });
@@ -194,6 +206,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       documentId: input.documentId,
       revision: 1,
       duplicate: false,
+      receiverHonoursKey: true,
     });
     assert.deepEqual(
       webhook.deliveries.map((d) => [d.idempotencyKey, d.answered]),
@@ -202,8 +215,10 @@ describe('publisher faults through real runs on the time-skipping server', () =>
         [key, 201],
       ],
     );
-    assert.equal(webhook.store.countPublications(), 1);
-    assert.deepEqual(webhook.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+    assert.equal(await webhook.store.countPublications(), 1);
+    assert.deepEqual(await webhook.store.revisionsOf(input.documentId), [
+      { revision: 1, idempotencyKey: key },
+    ]);
     const step = publishStep(history);
     assert.equal(step.attempt, 2);
     assert.equal(errors.length, 1);
@@ -241,7 +256,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       }),
     );
     assert.equal(webhook.deliveries.length, 1);
-    assert.equal(webhook.store.countPublications(), 0);
+    assert.equal(await webhook.store.countPublications(), 0);
   });
 
   const lostAnswers: Array<{ name: string; fault: Fault; lastFailure: RegExp }> = [
@@ -257,12 +272,13 @@ describe('publisher faults through real runs on the time-skipping server', () =>
     },
   ];
   for (const { name, fault, lastFailure } of lostAnswers) {
-    it(`${name}: retried under the same key, the store keeps one publication and the retry gets "duplicate"`, async () => {
+    it(`${name}: sent again under the same key to a receiver that dedupes, the store keeps one publication and the retry gets "duplicate"`, async () => {
       const webhook = await faultyWebhook((n) => (n === 1 ? fault : { kind: 'forward' }));
       const { result, runId, history, input, errors } = await withWebhookPipeline(
         webhook.url,
         500,
         finishedWebhookRun,
+        'resend',
       );
       const key = `${runId}:publish`;
       assert.deepEqual(result.publication, {
@@ -271,6 +287,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
         documentId: input.documentId,
         revision: 1,
         duplicate: true,
+        receiverHonoursKey: true,
       });
       assert.equal(webhook.deliveries.length, 2);
       assert.ok(
@@ -279,10 +296,12 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       );
       assert.equal(webhook.deliveries[0]?.abandoned, true, 'the first answer reached the publisher');
       assert.equal(webhook.deliveries[1]?.answered, 200);
-      assert.equal(webhook.store.countPublications(), 1);
-      assert.deepEqual(webhook.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
+      assert.equal(await webhook.store.countPublications(), 1);
+      assert.deepEqual(await webhook.store.revisionsOf(input.documentId), [
+        { revision: 1, idempotencyKey: key },
+      ]);
       assert.deepEqual(
-        webhook.store.deliveries().map((d) => [d.idempotencyKey, d.outcome]),
+        (await webhook.store.deliveries()).map((d) => [d.idempotencyKey, d.outcome]),
         [
           [key, 'created'],
           [key, 'duplicate'],

@@ -10,19 +10,26 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { ApplicationFailure } from '@temporalio/common';
-import { PublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import type { Publication } from '../src/publisher/types';
-import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { FailureType } from '../src/contract';
-import { cleanupAfterAll, closeServer, listenOnLoopback, scratchDir } from './helpers';
+import {
+  cleanupAfterAll,
+  closeServer,
+  listenOnLoopback,
+  scratchDir,
+  scratchLedger,
+  webhookPublisher,
+} from './helpers';
 
 const defer = cleanupAfterAll();
 
 /** A publication store in a fresh temp folder, closed and removed after the file's tests. */
 function freshStore(): PublicationStore {
   const dir = scratchDir(defer, 'publisher-test-');
-  const store = new PublicationStore(path.join(dir, 'publications.db'));
+  const store = new SqlitePublicationStore(path.join(dir, 'publications.db'));
   defer(() => store.close());
   return store;
 }
@@ -44,8 +51,8 @@ function publication(
 }
 
 /** The outcome of each delivery that reached `store`, as `[key, outcome]`. */
-function outcomes(store: PublicationStore): [string, string][] {
-  return store.deliveries().map((d) => [d.idempotencyKey, d.outcome]);
+async function outcomes(store: PublicationStore): Promise<[string, string][]> {
+  return (await store.deliveries()).map((d) => [d.idempotencyKey, d.outcome]);
 }
 
 const NO_ABORT = new AbortController().signal;
@@ -67,56 +74,58 @@ async function receiver(): Promise<{ url: string; store: PublicationStore }> {
 }
 
 describe('PublicationStore', () => {
-  it('never writes the same key twice: the second publish is a duplicate with the first revision', () => {
+  it('never writes the same key twice: the second publish is a duplicate with the first revision', async () => {
     const store = freshStore();
     const doc = publication();
 
-    const first = store.publish(doc, 'run-1:publish');
-    const second = store.publish({ ...doc, summary: 'A different summary.' }, 'run-1:publish');
+    const first = await store.publish(doc, 'run-1:publish');
+    const second = await store.publish({ ...doc, summary: 'A different summary.' }, 'run-1:publish');
 
     assert.deepEqual(first, { documentId: doc.documentId, revision: 1, duplicate: false });
     assert.deepEqual(second, { documentId: doc.documentId, revision: 1, duplicate: true });
-    assert.deepEqual(store.revisionsOf(doc.documentId), [{ revision: 1, idempotencyKey: 'run-1:publish' }]);
-    assert.equal(store.countPublications(), 1);
+    assert.deepEqual(await store.revisionsOf(doc.documentId), [
+      { revision: 1, idempotencyKey: 'run-1:publish' },
+    ]);
+    assert.equal(await store.countPublications(), 1);
   });
 
-  it('makes a new key for a known document (a workflow reset) its next revision, still one publication', () => {
+  it('makes a new key for a known document (a workflow reset) its next revision, still one publication', async () => {
     const store = freshStore();
     const doc = publication();
 
-    store.publish(doc, 'run-1:publish');
-    const afterReset = store.publish({ ...doc, summary: 'Redone.' }, 'run-2:publish');
+    await store.publish(doc, 'run-1:publish');
+    const afterReset = await store.publish({ ...doc, summary: 'Redone.' }, 'run-2:publish');
 
     assert.deepEqual(afterReset, { documentId: doc.documentId, revision: 2, duplicate: false });
-    assert.deepEqual(store.revisionsOf(doc.documentId), [
+    assert.deepEqual(await store.revisionsOf(doc.documentId), [
       { revision: 1, idempotencyKey: 'run-1:publish' },
       { revision: 2, idempotencyKey: 'run-2:publish' },
     ]);
-    assert.equal(store.countPublications(), 1);
+    assert.equal(await store.countPublications(), 1);
   });
 
-  it('answers a new key from an older run as stale: recorded, not written, the newer revision stays', () => {
+  it('answers a new key from an older run as stale: recorded, not written, the newer revision stays', async () => {
     const store = freshStore();
     const documentId = `doc-${randomUUID()}`;
 
     // Run A publishes r1; a reset starts run B (a later scheduledAt), which publishes r2.
-    store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
-    const b = store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
+    await store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+    const b = await store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
     // A zombie of a run between them (replaced before its publish ever reached the store) delivers late, under a
     // key the store has never seen and with its own, older scheduledAt.
-    const zombie = store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
-    const zombieRetry = store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
-    const bRetry = store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
+    const zombie = await store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
+    const zombieRetry = await store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
+    const bRetry = await store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
 
     assert.deepEqual(b, { documentId, revision: 2, duplicate: false });
     assert.deepEqual(zombie, { documentId, revision: 2, duplicate: false, superseded: true });
     assert.deepEqual(zombieRetry, zombie);
     assert.deepEqual(bRetry, { documentId, revision: 2, duplicate: true });
-    assert.deepEqual(store.revisionsOf(documentId), [
+    assert.deepEqual(await store.revisionsOf(documentId), [
       { revision: 1, idempotencyKey: 'A:publish' },
       { revision: 2, idempotencyKey: 'B:publish' },
     ]);
-    assert.deepEqual(store.currentPublication(documentId), {
+    assert.deepEqual(await store.currentPublication(documentId), {
       documentId,
       revision: 2,
       title: 'A title',
@@ -124,7 +133,7 @@ describe('PublicationStore', () => {
       tags: ['checkpoints'],
       scheduledAt: 3000,
     });
-    assert.deepEqual(outcomes(store), [
+    assert.deepEqual(await outcomes(store), [
       ['A:publish', 'created'],
       ['B:publish', 'created'],
       ['Z:publish', 'stale'],
@@ -133,29 +142,29 @@ describe('PublicationStore', () => {
     ]);
   });
 
-  it('answers a key it has seen as a duplicate even when a newer run has published since', () => {
+  it('answers a key it has seen as a duplicate even when a newer run has published since', async () => {
     const store = freshStore();
     const documentId = `doc-${randomUUID()}`;
 
-    store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
-    store.publish(publication(documentId, 'From run B.', 2000), 'B:publish');
-    const aRetry = store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+    await store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
+    await store.publish(publication(documentId, 'From run B.', 2000), 'B:publish');
+    const aRetry = await store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
 
     assert.deepEqual(aRetry, { documentId, revision: 1, duplicate: true });
-    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
+    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
   });
 
-  it('orders only publications that carry scheduledAt: without it a new key is the next revision, as before', () => {
+  it('orders only publications that carry scheduledAt: without it a new key is the next revision, as before', async () => {
     const store = freshStore();
     const documentId = `doc-${randomUUID()}`;
 
-    const legacy = store.publish(publication(documentId, 'Unordered.'), 'L:publish');
-    const ordered = store.publish(publication(documentId, 'Ordered.', 2000), 'B:publish');
-    const legacyAgain = store.publish(publication(documentId, 'Unordered again.'), 'M:publish');
+    const legacy = await store.publish(publication(documentId, 'Unordered.'), 'L:publish');
+    const ordered = await store.publish(publication(documentId, 'Ordered.', 2000), 'B:publish');
+    const legacyAgain = await store.publish(publication(documentId, 'Unordered again.'), 'M:publish');
     // The unordered publication did not erase the order: an older run is still refused.
-    const older = store.publish(publication(documentId, 'Older.', 1000), 'A:publish');
+    const older = await store.publish(publication(documentId, 'Older.', 1000), 'A:publish');
     // A later run (or the same scheduledAt under another key) is the next revision.
-    const newer = store.publish(publication(documentId, 'Newer.', 2000), 'C:publish');
+    const newer = await store.publish(publication(documentId, 'Newer.', 2000), 'C:publish');
 
     assert.deepEqual(
       [legacy, ordered, legacyAgain, older, newer].map((r) => [r.revision, r.superseded ?? false]),
@@ -167,11 +176,11 @@ describe('PublicationStore', () => {
         [4, false],
       ],
     );
-    assert.equal(store.currentPublication(documentId)?.summary, 'Newer.');
-    assert.equal(store.currentPublication(documentId)?.scheduledAt, 2000);
+    assert.equal((await store.currentPublication(documentId))?.summary, 'Newer.');
+    assert.equal((await store.currentPublication(documentId))?.scheduledAt, 2000);
   });
 
-  it('opens a database made before publications were ordered and orders from then on', () => {
+  it('opens a database made before publications were ordered and orders from then on', async () => {
     const file = path.join(scratchDir(defer, 'publisher-test-'), 'publications.db');
     const old = new Database(file);
     old.exec(`
@@ -179,25 +188,25 @@ describe('PublicationStore', () => {
         summary TEXT NOT NULL, tags TEXT NOT NULL, updated_at TEXT NOT NULL);
       INSERT INTO publications VALUES ('doc-old', 1, 'A title', 'Old.', '[]', '2025-01-01T00:00:00.000Z');`);
     old.close();
-    const store = new PublicationStore(file);
+    const store = new SqlitePublicationStore(file);
     defer(() => store.close());
 
-    const next = store.publish(publication('doc-old', 'From run B.', 2000), 'B:publish');
-    const older = store.publish(publication('doc-old', 'Older.', 1000), 'A:publish');
+    const next = await store.publish(publication('doc-old', 'From run B.', 2000), 'B:publish');
+    const older = await store.publish(publication('doc-old', 'Older.', 1000), 'A:publish');
 
     assert.deepEqual(next, { documentId: 'doc-old', revision: 2, duplicate: false });
     assert.deepEqual(older, { documentId: 'doc-old', revision: 2, duplicate: false, superseded: true });
   });
 
-  it('records every delivery attempt, duplicates included', () => {
+  it('records every delivery attempt, duplicates included', async () => {
     const store = freshStore();
     const doc = publication();
 
-    store.publish(doc, 'run-1:publish');
-    store.publish(doc, 'run-1:publish');
+    await store.publish(doc, 'run-1:publish');
+    await store.publish(doc, 'run-1:publish');
 
     assert.deepEqual(
-      store.deliveries().map(({ idempotencyKey, documentId, outcome }) => ({
+      (await store.deliveries()).map(({ idempotencyKey, documentId, outcome }) => ({
         idempotencyKey,
         documentId,
         outcome,
@@ -213,40 +222,46 @@ describe('PublicationStore', () => {
 describe('WebhookPublisher', () => {
   it('sends the Idempotency-Key; a retry with the same key is answered as a duplicate', async () => {
     const { url, store } = await receiver();
-    const publisher = new WebhookPublisher(url, 5_000);
+    const publisher = webhookPublisher(defer, url, { timeoutMs: 5_000 });
     const doc = publication();
 
     const first = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
     const retry = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
 
-    assert.deepEqual(first, { documentId: doc.documentId, revision: 1, duplicate: false });
+    // The receiver echoed the key, so the receipt says it dedupes; the retry is answered from the ledger.
+    assert.deepEqual(first, {
+      documentId: doc.documentId,
+      revision: 1,
+      duplicate: false,
+      receiverHonoursKey: true,
+    });
     assert.deepEqual(retry, { documentId: doc.documentId, revision: 1, duplicate: true });
-    assert.deepEqual(
-      store.deliveries().map((d) => [d.idempotencyKey, d.outcome]),
-      [
-        ['run-1:publish', 'created'],
-        ['run-1:publish', 'duplicate'],
-      ],
-    );
+    assert.deepEqual(await outcomes(store), [['run-1:publish', 'created']], 'the retry POSTed again');
   });
 
   it('passes a stale answer through as a superseded receipt with the current revision', async () => {
     const { url, store } = await receiver();
-    const publisher = new WebhookPublisher(url, 5_000);
+    const publisher = webhookPublisher(defer, url, { timeoutMs: 5_000 });
     const documentId = `doc-${randomUUID()}`;
 
     await publisher.publish(publication(documentId, 'From run B.', 2000), 'B:publish', NO_ABORT);
     const late = await publisher.publish(publication(documentId, 'Stale.', 1000), 'A:publish', NO_ABORT);
 
-    assert.deepEqual(late, { documentId, revision: 1, duplicate: false, superseded: true });
-    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
+    assert.deepEqual(late, {
+      documentId,
+      revision: 1,
+      duplicate: false,
+      superseded: true,
+      receiverHonoursKey: true,
+    });
+    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
   });
 
   it('turns 503 with Retry-After: 7 into a retryable failure with a 7 s next retry delay', async () => {
     const url = await scriptedServer((_req, res) => {
       res.writeHead(503, { 'retry-after': '7' }).end('down for maintenance');
     });
-    const publisher = new WebhookPublisher(url, 5_000);
+    const publisher = webhookPublisher(defer, url, { timeoutMs: 5_000 });
 
     await assert.rejects(publisher.publish(publication(), 'run-1:publish', NO_ABORT), (err) => {
       assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
@@ -262,7 +277,7 @@ describe('WebhookPublisher', () => {
     const url = await scriptedServer((_req, res) => {
       res.writeHead(400).end('{"error":"tags must not be empty"}');
     });
-    const publisher = new WebhookPublisher(url, 5_000);
+    const publisher = webhookPublisher(defer, url, { timeoutMs: 5_000 });
 
     await assert.rejects(publisher.publish(publication(), 'run-1:publish', NO_ABORT), (err) => {
       assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
@@ -279,7 +294,7 @@ describe('WebhookPublisher', () => {
     const url = await scriptedServer(() => {
       received += 1; // and never answer
     });
-    const publisher = new WebhookPublisher(url, 300);
+    const publisher = webhookPublisher(defer, url, { timeoutMs: 300 });
 
     const started = Date.now();
     await assert.rejects(publisher.publish(publication(), 'run-1:publish', NO_ABORT), (err) => {
@@ -295,6 +310,193 @@ describe('WebhookPublisher', () => {
   });
 });
 
+/**
+ * A receiver for the ledger tests: it records every POST it takes as an effect, and loses its reply (drops the
+ * connection) for the first `lose` requests, after taking the effect or before. It dedupes by key, and echoes the
+ * key, only when told to: many real receivers do neither.
+ */
+async function forgetfulReceiver({
+  lose,
+  losesBeforeEffect = false,
+  honoursKeys = false,
+  status = () => 201,
+}: {
+  lose: number;
+  losesBeforeEffect?: boolean;
+  honoursKeys?: boolean;
+  status?: (n: number) => number;
+}): Promise<{ url: string; effects: string[]; requests: () => number }> {
+  const effects: string[] = [];
+  let requests = 0;
+  const url = await scriptedServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      requests += 1;
+      const key = String(req.headers['idempotency-key']);
+      const lost = requests <= lose;
+      if (lost && losesBeforeEffect) return void res.socket?.destroy();
+      const code = status(requests);
+      const duplicate = honoursKeys && effects.includes(key);
+      if (code < 300 && !duplicate) effects.push(key);
+      if (lost) return void res.socket?.destroy();
+      res
+        .writeHead(code, {
+          'content-type': 'application/json',
+          ...(honoursKeys ? { 'idempotency-key': key } : {}),
+        })
+        .end(JSON.stringify({ revision: 1, duplicate }));
+    });
+  });
+  return { url, effects, requests: () => requests };
+}
+
+/** For assert.rejects: a retryable ApplicationFailure of `type`, checked further by `check`. */
+function retryable(type: string, check: (err: ApplicationFailure) => void = () => undefined) {
+  return (err: unknown): boolean => {
+    assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+    assert.equal(err.type, type, err.message);
+    assert.equal(err.nonRetryable, false);
+    check(err);
+    return true;
+  };
+}
+
+describe('WebhookPublisher: the delivery ledger before the effect', () => {
+  it('after a lost reply from a receiver that does not dedupe, the retry holds instead of POSTing until an operator says it arrived', async () => {
+    const receiver = await forgetfulReceiver({ lose: 1 });
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, receiver.url, { ledger });
+    const doc = publication();
+    const key = 'run-1:publish';
+
+    await assert.rejects(publisher.publish(doc, key, NO_ABORT), retryable(FailureType.TransientPublishError));
+    await assert.rejects(
+      publisher.publish(doc, key, NO_ABORT),
+      retryable(FailureType.DeliveryHeld, (err) => {
+        assert.equal(err.nextRetryDelay, 30_000);
+        assert.ok(err.message.includes(`npm run deliveries -- resolve ${key} delivered`), err.message);
+      }),
+    );
+    assert.deepEqual(receiver.effects, [key]);
+    assert.deepEqual(
+      (await ledger.openClaims()).map((e) => [e.idempotencyKey, e.documentId, e.attempts]),
+      [[key, doc.documentId, 1]],
+    );
+
+    assert.ok(
+      await ledger.resolve(key, { delivered: { documentId: doc.documentId, revision: 1, duplicate: true } }),
+    );
+    const receipt = await publisher.publish(doc, key, NO_ABORT);
+    assert.deepEqual(receipt, { documentId: doc.documentId, revision: 1, duplicate: true });
+    assert.deepEqual(receiver.effects, [key], 'a held delivery was sent again');
+    assert.equal(receiver.requests(), 1);
+    assert.deepEqual(await ledger.openClaims(), []);
+  });
+
+  it('an operator\'s "unsent" verdict lets the next retry send it, once', async () => {
+    const receiver = await forgetfulReceiver({ lose: 1, losesBeforeEffect: true });
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, receiver.url, { ledger });
+    const doc = publication();
+
+    await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+    await assert.rejects(
+      publisher.publish(doc, 'run-1:publish', NO_ABORT),
+      retryable(FailureType.DeliveryHeld),
+    );
+    assert.ok(await ledger.resolve('run-1:publish', 'unsent'));
+    assert.equal(await ledger.resolve('run-1:publish', 'unsent'), false, 'a settled key resolved twice');
+    const receipt = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
+    assert.equal(receipt.duplicate, false);
+    assert.deepEqual(receiver.effects, ['run-1:publish']);
+    assert.equal(receiver.requests(), 2);
+  });
+
+  it('a receiver that has echoed a key dedupes, so an open claim is sent again and answered as a duplicate', async () => {
+    // The reply to the second request (the first delivery of "run-2:publish") is lost after the effect.
+    let n = 0;
+    const receiver = await forgetfulReceiver({ lose: 0, honoursKeys: true, status: () => 201 });
+    const ledger = scratchLedger(defer);
+    const dropSecond = await scriptedServer((req, res) => {
+      n += 1;
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void fetch(receiver.url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': String(req.headers['idempotency-key']),
+          },
+          body: Buffer.concat(chunks),
+        }).then(async (answer) => {
+          if (n === 2) return void res.socket?.destroy();
+          const headers = Object.fromEntries(answer.headers.entries());
+          res.writeHead(answer.status, headers).end(await answer.text());
+        });
+      });
+    });
+    const publisher = webhookPublisher(defer, dropSecond, { ledger });
+
+    const first = await publisher.publish(publication(), 'run-1:publish', NO_ABORT);
+    assert.equal(first.receiverHonoursKey, true);
+    const doc = publication();
+    await assert.rejects(publisher.publish(doc, 'run-2:publish', NO_ABORT));
+    const resent = await publisher.publish(doc, 'run-2:publish', NO_ABORT);
+
+    assert.equal(resent.duplicate, true);
+    assert.deepEqual(receiver.effects, ['run-1:publish', 'run-2:publish']);
+    assert.deepEqual(await ledger.openClaims(), []);
+  });
+
+  for (const { policy, honoursKeys, resends } of [
+    { policy: 'resend', honoursKeys: false, resends: true },
+    { policy: 'hold', honoursKeys: true, resends: false },
+  ] as const) {
+    it(`OPEN_DELIVERY_POLICY=${policy} ${resends ? 'resends an open claim without an echo' : 'holds an open claim even with an echo'}`, async () => {
+      const receiver = await forgetfulReceiver({ lose: 1, honoursKeys });
+      const publisher = webhookPublisher(defer, receiver.url, { policy });
+      const doc = publication();
+
+      await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+      const retry = publisher.publish(doc, 'run-1:publish', NO_ABORT);
+      if (resends) await retry;
+      else await assert.rejects(retry, retryable(FailureType.DeliveryHeld));
+      assert.equal(receiver.requests(), resends ? 2 : 1);
+    });
+  }
+
+  it('retries a 409 ("key in use"), and the retry sends it again', async () => {
+    const receiver = await forgetfulReceiver({ lose: 0, status: (n) => (n === 1 ? 409 : 201) });
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, receiver.url, { ledger });
+    const doc = publication();
+
+    await assert.rejects(
+      publisher.publish(doc, 'run-1:publish', NO_ABORT),
+      retryable(FailureType.TransientPublishError, (err) => assert.match(err.message, /HTTP 409/)),
+    );
+    assert.deepEqual(await ledger.openClaims(), [], 'a 409 left the claim open');
+    await publisher.publish(doc, 'run-1:publish', NO_ABORT);
+    assert.deepEqual(receiver.effects, ['run-1:publish']);
+    assert.equal(receiver.requests(), 2);
+  });
+
+  it('a refused connection is known not to have arrived: the claim is not left open', async () => {
+    const server = http.createServer();
+    const origin = await listenOnLoopback(server);
+    await closeServer(server);
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, `${origin}/publications`, { ledger });
+
+    await assert.rejects(
+      publisher.publish(publication(), 'run-1:publish', NO_ABORT),
+      retryable(FailureType.TransientPublishError),
+    );
+    assert.deepEqual(await ledger.openClaims(), []);
+  });
+});
+
 describe('startReceiver', () => {
   it('rejects a publication without an Idempotency-Key with 400 and stores nothing', async () => {
     const { url, store } = await receiver();
@@ -307,8 +509,8 @@ describe('startReceiver', () => {
 
     assert.equal(response.status, 400);
     assert.match(await response.text(), /Idempotency-Key/);
-    assert.equal(store.deliveries().length, 0);
-    assert.equal(store.countPublications(), 0);
+    assert.equal((await store.deliveries()).length, 0);
+    assert.equal(await store.countPublications(), 0);
   });
 
   it('answers a new key from an older run with 200 and a superseded receipt, and writes nothing', async () => {
@@ -330,11 +532,11 @@ describe('startReceiver', () => {
     assert.deepEqual(await zombie.json(), { documentId, revision: 2, duplicate: false, superseded: true });
     assert.deepEqual(await bRetry.json(), { documentId, revision: 2, duplicate: true });
     assert.deepEqual(
-      store.revisionsOf(documentId).map((r) => r.idempotencyKey),
+      (await store.revisionsOf(documentId)).map((r) => r.idempotencyKey),
       ['A:publish', 'B:publish'],
     );
-    assert.equal(store.currentPublication(documentId)?.summary, 'From run B.');
-    assert.deepEqual(outcomes(store), [
+    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
+    assert.deepEqual(await outcomes(store), [
       ['A:publish', 'created'],
       ['B:publish', 'created'],
       ['Z:publish', 'stale'],

@@ -14,6 +14,7 @@ export function parseRetryAfter(header: string | null | undefined, now = Date.no
 
 export interface HttpAnswer {
   status: number;
+  headers: Headers;
   retryAfterMs: number | undefined;
   body: string;
 }
@@ -44,6 +45,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     });
     return {
       status: response.status,
+      headers: response.headers,
       retryAfterMs: parseRetryAfter(response.headers.get('retry-after')),
       body: await response.text(),
     };
@@ -52,9 +54,11 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     const reason = timeout.aborted
       ? `no answer within ${options.timeoutMs} ms`
       : `request failed (${describeNetworkError(err)})`;
+    // A refused connection (or an unknown host) sent nothing; anything else may have reached the server.
     throw ApplicationFailure.create({
       type: options.transientType,
       message: `${options.what}: ${reason}; will retry`,
+      details: [neverSent(err) ? 'not-sent' : 'may-have-arrived'],
     });
   }
 }
@@ -80,6 +84,12 @@ export function excerpt(text: string, max = 300): string {
   const flat = text.replace(/\s+/g, ' ').trim();
   if (flat === '') return '(empty body)';
   return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+}
+
+function neverSent(err: unknown): boolean {
+  const cause = err instanceof Error ? err.cause : undefined;
+  const code = cause instanceof Error && 'code' in cause ? cause.code : undefined;
+  return code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
 }
 
 function describeNetworkError(err: unknown): string {

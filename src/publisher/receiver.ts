@@ -19,8 +19,8 @@ export async function startReceiver(
   { host = '127.0.0.1', port = 0 }: { host?: string; port?: number } = {},
 ): Promise<Receiver> {
   const server = http.createServer((req, res) => {
-    const reply = (status: number, body: unknown): void => {
-      res.writeHead(status, { 'content-type': 'application/json' });
+    const reply = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
+      res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
     };
     if (req.method !== 'POST' || req.url !== '/publications') {
@@ -47,8 +47,14 @@ export async function startReceiver(
         reply(400, { error: `invalid publication: ${describeIssues(parsed.error)}` });
         return;
       }
-      const receipt = store.publish(parsed.data, key);
-      reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt);
+      store.publish(parsed.data, key).then(
+        // Echoing the key tells the sender this receiver dedupes by it, so a lost answer may be sent again.
+        (receipt) =>
+          reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt, {
+            'idempotency-key': key,
+          }),
+        (err: unknown) => reply(503, { error: `the publication store failed: ${String(err)}` }),
+      );
     });
   });
   await new Promise<void>((resolve, reject) => {

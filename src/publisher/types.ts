@@ -4,7 +4,10 @@ import type { PublishInput, PublishResult } from '../contract';
 export type Publication = PublishInput;
 
 /** What a target reports back; the activity adds the key and target name to make a PublishResult. */
-export type Receipt = Pick<PublishResult, 'documentId' | 'revision' | 'duplicate' | 'superseded'>;
+export type Receipt = Pick<
+  PublishResult,
+  'documentId' | 'revision' | 'duplicate' | 'superseded' | 'receiverHonoursKey'
+>;
 
 /** An external system that changes something. It must dedupe by idempotency key: a key never writes twice. */
 export interface Publisher {

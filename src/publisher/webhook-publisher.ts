@@ -1,7 +1,10 @@
+import { randomUUID } from 'node:crypto';
+import os from 'node:os';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
-import { FailureType } from '../contract';
+import { FailureType, workflowIdFor } from '../contract';
+import type { DeliveryLedger } from './ledger';
 import type { Publication, Publisher, Receipt } from './types';
 
 /** What a receiver may answer; revision, duplicate and superseded are optional so any 2xx endpoint works. */
@@ -10,31 +13,96 @@ const ReceiptBodySchema = z
     revision: z.number().int().min(1).optional(),
     duplicate: z.boolean().optional(),
     superseded: z.boolean().optional(),
+    idempotencyKey: z.string().optional(),
   })
   .loose();
 
+/** How long a held delivery waits before it looks at the ledger again (an operator may have resolved it). */
+const HELD_RETRY_MS = 30_000;
+
+export interface WebhookOptions {
+  url: string;
+  timeoutMs: number;
+  ledger: DeliveryLedger;
+  /** What to do with an earlier attempt's open claim: see Config.openDeliveryPolicy. */
+  openClaimPolicy: 'auto' | 'resend' | 'hold';
+}
+
 /**
- * POSTs the publication as JSON with an `Idempotency-Key` header. 2xx is success; 408, 429 and 5xx are retried
- * (honouring Retry-After); any other 4xx fails without retry and quotes the receiver's answer.
+ * POSTs the publication as JSON with an `Idempotency-Key` header, recording each delivery in the ledger first:
+ * claim, POST, receipt. A retry that finds the receipt answers from it and never POSTs; one that finds the claim
+ * open (an attempt died or lost the answer after sending) re-sends only when the receiver dedupes by key, and
+ * otherwise holds the delivery for an operator (`npm run deliveries`). 2xx is success; 408, 409 ("key in use"),
+ * 429 and 5xx are retried (honouring Retry-After); any other 4xx fails without retry and quotes the answer.
  */
 export class WebhookPublisher implements Publisher {
   readonly kind = 'webhook';
+  private readonly what: string;
 
-  constructor(
-    private readonly url: string,
-    private readonly timeoutMs: number,
-  ) {}
+  constructor(private readonly options: WebhookOptions) {
+    // Only the origin: webhook URLs often carry a token in the path, and messages land in histories and logs.
+    this.what = `publish webhook at ${new URL(options.url).origin}`;
+  }
 
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
-    // Only the origin: webhook URLs often carry a token in the path, and messages land in histories and logs.
-    const what = `publish webhook at ${new URL(this.url).origin}`;
-    const answer = await postJson(this.url, publication, {
-      headers: { 'idempotency-key': idempotencyKey },
-      timeoutMs: this.timeoutMs,
-      signal,
-      what,
-      transientType: FailureType.TransientPublishError,
-    });
+    const { ledger } = this.options;
+    const owner = `${os.hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
+    const claim = await ledger.claim(
+      {
+        idempotencyKey,
+        workflowId: workflowIdFor(publication.documentId),
+        documentId: publication.documentId,
+      },
+      owner,
+    );
+    if (claim.kind === 'delivered') return { ...claim.receipt, duplicate: true };
+    if (claim.kind === 'open') {
+      if (!(await this.resendOpenClaims())) {
+        throw ApplicationFailure.create({
+          type: FailureType.DeliveryHeld,
+          message:
+            `an earlier attempt sent publication "${publication.documentId}" (key ${idempotencyKey}) to the ` +
+            `${this.what} and never got its answer, and this receiver has not shown that it dedupes by ` +
+            'Idempotency-Key, so sending again could publish twice. Check whether the receiver has it, then run ' +
+            `\`npm run deliveries -- resolve ${idempotencyKey} delivered\` (or \`unsent\` to send it again); ` +
+            'set OPEN_DELIVERY_POLICY=resend if the receiver dedupes. Will look again.',
+          nextRetryDelay: HELD_RETRY_MS,
+        });
+      }
+      await ledger.retake(idempotencyKey, owner);
+    }
+    return this.post(publication, idempotencyKey, signal);
+  }
+
+  private async resendOpenClaims(): Promise<boolean> {
+    const { openClaimPolicy, ledger } = this.options;
+    if (openClaimPolicy === 'auto') return ledger.receiverHonoursKeys();
+    return openClaimPolicy === 'resend';
+  }
+
+  private async post(
+    publication: Publication,
+    idempotencyKey: string,
+    signal: AbortSignal,
+  ): Promise<Receipt> {
+    const { ledger } = this.options;
+    const what = this.what;
+    let answer;
+    try {
+      answer = await postJson(this.options.url, publication, {
+        headers: { 'idempotency-key': idempotencyKey },
+        timeoutMs: this.options.timeoutMs,
+        signal,
+        what,
+        transientType: FailureType.TransientPublishError,
+      });
+    } catch (err) {
+      // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open.
+      if (err instanceof ApplicationFailure && err.details?.[0] === 'not-sent') {
+        await ledger.unsent(idempotencyKey, err.message);
+      }
+      throw err;
+    }
     if (answer.status >= 200 && answer.status < 300) {
       const body = ReceiptBodySchema.safeParse(safeJson(answer.body));
       // A receiver that already holds a newer run's publication says so; the receipt carries it to the result.
@@ -44,9 +112,15 @@ export class WebhookPublisher implements Publisher {
         duplicate: body.success ? (body.data.duplicate ?? false) : false,
         ...(body.success && body.data.superseded === true ? { superseded: true } : {}),
       };
-      return receipt;
+      const echoed =
+        answer.headers.get('idempotency-key') === idempotencyKey ||
+        (body.success && body.data.idempotencyKey === idempotencyKey);
+      await ledger.delivered(idempotencyKey, receipt, echoed);
+      return { ...receipt, receiverHonoursKey: echoed };
     }
-    if (isRetryableStatus(answer.status)) {
+    // The receiver answered with an error: it did not take the publication, so sending again is safe.
+    await ledger.unsent(idempotencyKey, `HTTP ${answer.status}`);
+    if (isRetryableStatus(answer.status) || answer.status === 409) {
       throw transientStatusFailure(answer, what, FailureType.TransientPublishError);
     }
     throw ApplicationFailure.create({

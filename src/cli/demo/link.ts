@@ -37,13 +37,17 @@ export interface Link {
 export async function relay(
   targetUrl: string,
   { key, body }: LinkRequest,
-): Promise<{ status: number; body: string }> {
+): Promise<{ status: number; body: string; echoedKey: string | null }> {
   const answer = await fetch(targetUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(key !== undefined ? { 'idempotency-key': key } : {}) },
     body,
   });
-  return { status: answer.status, body: await answer.text() };
+  return {
+    status: answer.status,
+    body: await answer.text(),
+    echoedKey: answer.headers.get('idempotency-key'),
+  };
 }
 
 /** Starts a link to `targetUrl` on a free loopback port. */
@@ -54,17 +58,7 @@ export async function startLink(
   const passed: LinkRequest[] = [];
   const held: LinkRequest[] = [];
   let released = 0;
-  const forward = async ({ key, body }: LinkRequest): Promise<{ status: number; body: string }> => {
-    const answer = await fetch(targetUrl, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        ...(key !== undefined ? { 'idempotency-key': key } : {}),
-      },
-      body,
-    });
-    return { status: answer.status, body: await answer.text() };
-  };
+  const forward = (request: LinkRequest) => relay(targetUrl, request);
   const server = http.createServer((req, res) => {
     const relay = async (): Promise<void> => {
       const header = req.headers['idempotency-key'];
@@ -77,7 +71,10 @@ export async function startLink(
       const answer = await forward(request);
       await sleep(replyDelayMs);
       if (res.destroyed) return;
-      res.writeHead(answer.status, { 'content-type': 'application/json' });
+      // The target's echo of the key passes through: it tells the sender that the target dedupes.
+      const echo: Record<string, string> =
+        answer.echoedKey === null ? {} : { 'idempotency-key': answer.echoedKey };
+      res.writeHead(answer.status, { 'content-type': 'application/json', ...echo });
       res.end(answer.body);
     };
     relay().catch((err: unknown) => {
