@@ -6,7 +6,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { collectDocuments, decodeDocument, documentIdFor, titleOf } from '../src/documents/files';
+import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } from '../src/documents/files';
+import { blobRefOf } from '../src/documents/blobs';
 import { DocumentIdSchema } from '../src/contract';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
@@ -85,6 +86,10 @@ describe('collectDocuments', () => {
       ['a.md', path.join('nested', 'deeper', 'b.txt')],
     );
     assert.deepEqual(rejected, []);
+    assert.deepEqual(
+      collectDocuments([dir], LIMIT, { root: dir }).documents.map((d) => d.documentId),
+      ['a.md', 'nested:deeper:b.txt'],
+    );
     assert.equal(documents[0]?.title, 'Alpha');
     assert.equal(documents[1]?.title, 'b.txt');
     assert.deepEqual(documents[1]?.bytes, Buffer.from('Beta text.'));
@@ -135,25 +140,125 @@ describe('collectDocuments', () => {
       [file],
     );
     assert.deepEqual(rejected, []);
+    assert.equal(
+      documents[0]?.documentId,
+      documentIdOf(file),
+      'identified by its path, like the files of a folder',
+    );
   });
 });
 
-describe('documentIdFor', () => {
-  it('is the same for the same bytes, wherever they come from', () => {
-    const dir = folder({ 'one.md': 'Same text.', 'copy/two.txt': 'Same text.' });
-    const { documents } = collectDocuments([dir], LIMIT);
+/** Asserts that `id` is a valid document ID and returns it. */
+function valid(id: string): string {
+  const parsed = DocumentIdSchema.safeParse(id);
+  assert.ok(parsed.success, `${JSON.stringify(id)}: ${parsed.error?.issues[0]?.message ?? ''}`);
+  return id;
+}
 
-    assert.equal(documents.length, 2);
-    assert.equal(documents[0]?.documentId, documents[1]?.documentId);
-    assert.equal(documentIdFor(Buffer.from('Same text.')), documents[0]?.documentId);
+describe('documentIdOf', () => {
+  it('is the path relative to the root, folders separated by ":"', () => {
+    const root = path.join(path.sep, 'work', 'repo');
+
+    assert.equal(documentIdOf(path.join(root, 'notes.md'), root), 'notes.md');
+    assert.equal(
+      documentIdOf(path.join(root, 'docs', 'guides', 'Setup_v2.md'), root),
+      'docs:guides:Setup_v2.md',
+    );
   });
 
-  it('differs when a single byte differs', () => {
-    assert.notEqual(documentIdFor(Buffer.from('Same text.')), documentIdFor(Buffer.from('Same text!')));
+  it('is the same however the path is spelled, and relative to the current folder by default', () => {
+    const here = path.join('docs', 'guide.md');
+
+    assert.equal(documentIdOf(here), 'docs:guide.md');
+    assert.equal(documentIdOf(`./docs//guide.md`), 'docs:guide.md');
+    assert.equal(documentIdOf(path.resolve(here)), 'docs:guide.md');
+    assert.equal(documentIdOf(path.join('docs', 'old', '..', 'guide.md')), 'docs:guide.md');
   });
 
-  it('is a valid workflow document ID', () => {
-    assert.equal(DocumentIdSchema.safeParse(documentIdFor(Buffer.from('anything'))).success, true);
+  it('survives edits: collected again after the text changed, the file keeps its ID', () => {
+    const dir = folder({ 'notes.md': 'First draft.' });
+    const [before] = collectDocuments([dir], LIMIT, { root: dir }).documents;
+    fs.writeFileSync(path.join(dir, 'notes.md'), 'Second draft, much better.');
+    const [after] = collectDocuments([path.join(dir, 'notes.md')], LIMIT, { root: dir }).documents;
+    assert.ok(before !== undefined && after !== undefined, 'a draft was not collected');
+
+    assert.equal(before.documentId, 'notes.md');
+    assert.equal(after.documentId, 'notes.md');
+    assert.notEqual(versionOf(before.bytes), versionOf(after.bytes), 'the edit is a new version');
+  });
+
+  it('tells apart files with the same text, and files whose names differ only where IDs cannot follow', () => {
+    const dir = folder({
+      'one.md': 'Same text.',
+      'copy/one.md': 'Same text.',
+      'copy:one.md': 'Same text.',
+      'copy-one.md': 'Same text.',
+      'my notes.md': 'Same text.',
+      'my-notes.md': 'Same text.',
+      'my_notes.md': 'Same text.',
+      'café.md': 'Same text.',
+      'cafè.md': 'Same text.',
+    });
+
+    const ids = collectDocuments([dir], LIMIT, { root: dir }).documents.map((d) => valid(d.documentId));
+
+    assert.equal(ids.length, 9);
+    assert.equal(new Set(ids).size, 9, `shared IDs among ${ids.join(', ')}`);
+    assert.ok(ids.includes('copy:one.md'), 'a plain nested path keeps its plain ID');
+    assert.ok(ids.includes('copy-one.md'));
+    assert.ok(ids.includes('my-notes.md'));
+  });
+
+  it('keeps a readable tail and adds "::" and a hash when the path does not fit as it stands', () => {
+    const root = path.join(path.sep, 'work', 'repo');
+    const id = (relative: string) => valid(documentIdOf(path.join(root, relative), root));
+
+    assert.match(id('my notes.md'), /^my-notes\.md::[0-9a-f]{12}$/);
+    assert.match(id('copy:one.md'), /^copy-one\.md::[0-9a-f]{12}$/);
+    assert.match(id('.hidden.md'), /^hidden\.md::[0-9a-f]{12}$/);
+    assert.match(id('über/straße.md'), /^ber:stra-e\.md::[0-9a-f]{12}$/);
+    assert.match(id('../elsewhere/notes.md'), /^elsewhere:notes\.md::[0-9a-f]{12}$/);
+    assert.match(id('_'), /^file::[0-9a-f]{12}$/);
+    assert.equal(id('my notes.md'), id('my notes.md'), 'the same path gets the same ID every time');
+  });
+
+  it('stays within 128 characters for very long paths, distinct and ending with the file name', () => {
+    const root = path.join(path.sep, 'work', 'repo');
+    const deep = Array.from({ length: 30 }, (_, i) => `folder-${i}`).join('/');
+    const exactly = 'a'.repeat(128);
+    const ids = [
+      `${deep}/chapter-1.md`,
+      `${deep}/chapter-2.md`,
+      `x${deep}/chapter-1.md`,
+      exactly,
+      `${exactly}b`,
+    ].map((relative) => valid(documentIdOf(path.join(root, relative), root)));
+
+    assert.equal(new Set(ids).size, ids.length, `shared IDs among ${ids.join(', ')}`);
+    assert.match(ids[0] ?? '', /chapter-1\.md::[0-9a-f]{12}$/);
+    assert.equal(ids[3], exactly, 'a plain path of exactly 128 characters is its own ID');
+    assert.ok(ids.every((id) => id.length <= 128));
+  });
+
+  it('is a valid document ID for any path', () => {
+    const root = path.join(path.sep, 'work', 'repo');
+    const odd = [
+      '-x.md',
+      '..',
+      '../../../etc/passwd',
+      'a\tb.md',
+      '日本語/ノート.md',
+      'x'.repeat(5_000),
+      '%20.md',
+    ];
+    for (const relative of odd) valid(documentIdOf(path.join(root, relative), root));
+  });
+});
+
+describe('versionOf', () => {
+  it('is the content hash: the blob reference, the same for the same bytes wherever they come from', () => {
+    assert.equal(versionOf(Buffer.from('Same text.')), blobRefOf(Buffer.from('Same text.')));
+    assert.notEqual(versionOf(Buffer.from('Same text.')), versionOf(Buffer.from('Same text!')));
   });
 });
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { blobRefOf } from './blobs';
 
 /** File endings picked up when a folder is given. */
 const DOCUMENT_EXTENSIONS = new Set(['.md', '.markdown', '.txt']);
@@ -38,6 +39,10 @@ function tooBig(size: number, maxBytes: number): string {
 export interface DocumentFile {
   /** Where it was read from, as given (for messages and the result table). */
   source: string;
+  /**
+   * Who the document is, whatever its text: documentIdOf its path for files collected here, or any ID a caller
+   * sets (DocumentIdSchema). Each version of the text is a revision of this one document.
+   */
   documentId: string;
   title: string;
   bytes: Buffer;
@@ -49,12 +54,14 @@ export interface Rejected {
 }
 
 /**
- * Expands files and folders into documents. Nothing is dropped silently: every argument that is not a usable
- * document comes back in `rejected` with the reason.
+ * Expands files and folders into documents, each identified by its path (documentIdOf, relative to `root`).
+ * Nothing is dropped silently: every argument that is not a usable document comes back in `rejected` with the
+ * reason.
  */
 export function collectDocuments(
   args: readonly string[],
   maxBytes: number,
+  { root = process.cwd() }: { root?: string } = {},
 ): { documents: DocumentFile[]; rejected: Rejected[] } {
   const documents: DocumentFile[] = [];
   const rejected: Rejected[] = [];
@@ -81,7 +88,7 @@ export function collectDocuments(
     }
     documents.push({
       source: file,
-      documentId: documentIdFor(bytes),
+      documentId: documentIdOf(file, root),
       title: titleOf(decoded.text, file),
       bytes,
     });
@@ -112,9 +119,34 @@ export function collectDocuments(
   return { documents, rejected };
 }
 
-/** A document's identity when none is given: the hash of its content, so the same text maps to the same run. */
-export function documentIdFor(bytes: Uint8Array): string {
-  return `sha256-${createHash('sha256').update(bytes).digest('hex').slice(0, 24)}`;
+/** A path that is a document ID as it stands, once its folders are separated by ':' instead of '/'. */
+const PLAIN_PATH = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
+/** Hex digits of the path's hash in an ID the path does not fit as it stands. */
+const HASH_HEX = 12;
+
+/**
+ * A document's identity from its path, so it survives edits: the path relative to `root` (the current folder
+ * unless given), folders separated by ':', so `docs/guide.md` is `docs:guide.md`. A path that does not fit
+ * DocumentIdSchema that way (other characters, a ':' of its own, a leading '.', as in `../notes.md`, or over 128
+ * characters) keeps a readable tail and gets `::` and a hash of the path: `docs:my-draft.md::1f2e3d4c5b6a`. A
+ * relative path has no empty folder names, so a plain ID never holds `::`: two paths never share an ID. The same
+ * file named from another folder, or through a link, is another document.
+ */
+export function documentIdOf(file: string, root = process.cwd()): string {
+  const relative = path.relative(root, path.resolve(file)).split(path.sep).join('/');
+  if (PLAIN_PATH.test(relative)) return relative.replaceAll('/', ':');
+  const hash = createHash('sha256').update(relative).digest('hex').slice(0, HASH_HEX);
+  const readable = relative
+    .replace(/[^A-Za-z0-9._/-]/g, '-')
+    .replaceAll('/', ':')
+    .slice(-(128 - 2 - HASH_HEX))
+    .replace(/^[^A-Za-z0-9]+/, '');
+  return `${readable || 'file'}::${hash}`;
+}
+
+/** A document's version: the hash of its content, which is also the reference its text is stored under. */
+export function versionOf(bytes: Uint8Array): string {
+  return blobRefOf(bytes);
 }
 
 /** The first Markdown heading, else the file name. */

@@ -1,9 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import { documentPipeline, progressQuery } from '../../workflows';
 import type { BlobStore } from '../documents/blobs';
 import type { DocumentFile } from '../documents/files';
-import { INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../contract';
+import { z } from 'zod';
+import { INPUT_SCHEMA_VERSION, STEPS, TextRefSchema, workflowIdFor } from '../contract';
 import type { PipelineInput, PipelineOptions, PipelineProgress, StepName, StepState } from '../contract';
 
 /** A handle on a document's pipeline run. */
@@ -14,15 +16,62 @@ export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<typeof docum
 export interface Submission {
   document: DocumentFile;
   workflowId: string;
+  /** The run that works on this version of the document, by run ID. */
   handle: PipelineHandle;
-  /** `new`: started now; `running`: attached to a run already under way; `completed`: finished before. */
-  attachedTo: 'new' | 'running' | 'completed';
+  /**
+   * `new`: started now; `replaced`: started now, ending the run of another version that was under way;
+   * `running`: attached to a run of this version already under way; `completed`: this version finished before.
+   */
+  attachedTo: 'new' | 'replaced' | 'running' | 'completed';
+}
+
+/** What submitDocument needs to know of a run: its ID, whether it is over, and what its memo records. */
+interface RunFacts {
+  runId: string;
+  open: boolean;
+  completed: boolean;
+  /** The version the run works on; undefined for runs started before versions were recorded. */
+  version: string | undefined;
+  /** The submission that started it. */
+  submission: string | undefined;
 }
 
 /**
- * Submits one document. Its text goes to the blob store and the workflow gets the reference. The workflow ID is
- * derived from the document's identity with USE_EXISTING, so submitting a document whose run is still going
- * attaches to it; a run that completed is not repeated (ALLOW_DUPLICATE_FAILED_ONLY), one that failed is retried.
+ * What a run's Temporal memo records, read back by this module and by the sweep: the version (the blob
+ * reference of the text) the run works on, and the submission that started it. Runs from before versions were
+ * recorded have neither.
+ */
+const RunMemoSchema = z.object({
+  version: TextRefSchema.optional().catch(undefined),
+  submission: z.string().optional().catch(undefined),
+});
+export type RunMemo = z.infer<typeof RunMemoSchema>;
+
+/** A run's memo as RunMemo; fields missing or of another shape are undefined. */
+export function runMemo(memo: Record<string, unknown> | undefined): RunMemo {
+  return RunMemoSchema.parse(memo ?? {});
+}
+
+/** How many times a submission decides again when other submissions of the document change its runs meanwhile. */
+const ROUNDS = 3;
+
+/**
+ * Submits one version of a document. Its text goes to the blob store, and the content hash (the blob reference)
+ * is the version, recorded in the run's memo. The workflow ID comes from the document ID, so every version of a
+ * document runs under one workflow ID, and what happens depends on the latest run there:
+ *
+ * - none, or one that ended with another version (or with no version recorded): a new run (`new`);
+ * - one of this version that failed, was terminated or timed out: a new run (`new`);
+ * - one of this version that completed: nothing runs again (`completed`);
+ * - one of this version under way: attached to (`running`);
+ * - one of another version under way: terminated, since its answers are for a text that is gone, and a new run
+ *   started (`replaced`). Its publish may still land, but the publish target orders runs by scheduledAt, so it
+ *   can never overwrite this run's.
+ *
+ * Other submitters may change the runs between the look and the start. The start attaches to a run opened
+ * meanwhile (USE_EXISTING) and refuses to repeat a run of this version that completed meanwhile
+ * (ALLOW_DUPLICATE_FAILED_ONLY unless the latest run seen is of another version); then the submission decides
+ * again. Only the run that was seen is terminated, never one another submitter just started for this version.
  */
 export async function submitDocument(
   client: Client,
@@ -32,29 +81,91 @@ export async function submitDocument(
   options: Partial<PipelineOptions> = {},
 ): Promise<Submission> {
   const workflowId = workflowIdFor(document.documentId);
+  const version = await blobs.put(document.bytes);
   const input: PipelineInput = {
     schemaVersion: INPUT_SCHEMA_VERSION,
     documentId: document.documentId,
-    textRef: blobs.put(document.bytes),
+    textRef: version,
     title: document.title,
     options,
   };
-  const submittedAt = Date.now();
+  const submission = randomUUID();
+  const found = (run: RunFacts, attachedTo: Submission['attachedTo']): Submission => ({
+    document,
+    workflowId,
+    handle: client.workflow.getHandle<typeof documentPipeline>(workflowId, run.runId),
+    attachedTo,
+  });
+  let replaced = false;
+  for (let round = 0; round < ROUNDS; round++) {
+    const latest = await describeRun(client, workflowId);
+    const sameVersion = latest?.version === version;
+    if (latest?.open === true && sameVersion) return found(latest, 'running');
+    if (latest?.completed === true && sameVersion) return found(latest, 'completed');
+    if (latest?.open === true) {
+      await terminateRun(client, workflowId, latest.runId, `replaced by version ${version} of the document`);
+      replaced = true;
+    }
+    let started: StartedPipeline;
+    try {
+      started = await client.workflow.start(documentPipeline, {
+        taskQueue,
+        workflowId,
+        args: [input],
+        memo: { version, submission } satisfies RunMemo,
+        workflowIdConflictPolicy: 'USE_EXISTING',
+        workflowIdReusePolicy:
+          latest === undefined || sameVersion ? 'ALLOW_DUPLICATE_FAILED_ONLY' : 'ALLOW_DUPLICATE',
+      });
+    } catch (err) {
+      // This version completed meanwhile (or, with no run seen, some version did): look again.
+      if (err instanceof WorkflowExecutionAlreadyStartedError) continue;
+      throw err;
+    }
+    const run = await describeRun(client, workflowId, started.firstExecutionRunId);
+    if (run?.submission === submission) return found(run, replaced ? 'replaced' : 'new');
+    if (run?.version === version) return found(run, 'running');
+    // USE_EXISTING attached to a run another submitter started meanwhile, of another version: decide again.
+  }
+  throw new Error(
+    `${workflowId} kept changing while it was submitted (other versions of the document are being submitted ` +
+      'at the same time); submit it again once they are done',
+  );
+}
+
+/** The facts of one run, or of the latest run under the workflow ID without `runId`; undefined if there is none. */
+async function describeRun(
+  client: Client,
+  workflowId: string,
+  runId?: string,
+): Promise<RunFacts | undefined> {
   try {
-    const handle = await client.workflow.start(documentPipeline, {
-      taskQueue,
-      workflowId,
-      args: [input],
-      workflowIdConflictPolicy: 'USE_EXISTING',
-      workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY',
-    });
-    const { startTime } = await handle.describe();
-    // Server clocks and ours differ a little; a run started well before this call was not started by it.
-    const attachedTo = startTime.getTime() < submittedAt - 2_000 ? 'running' : 'new';
-    return { document, workflowId, handle, attachedTo };
+    const { memo, ...run } = await client.workflow.getHandle(workflowId, runId).describe();
+    const { version, submission } = runMemo(memo);
+    return {
+      runId: run.runId,
+      open: run.closeTime === undefined,
+      completed: run.status.name === 'COMPLETED',
+      version,
+      submission,
+    };
   } catch (err) {
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-    return { document, workflowId, handle: client.workflow.getHandle(workflowId), attachedTo: 'completed' };
+    if (err instanceof WorkflowNotFoundError) return undefined;
+    throw err;
+  }
+}
+
+/** Terminates one run by its run ID; a run that ended meanwhile is left as it is. */
+async function terminateRun(
+  client: Client,
+  workflowId: string,
+  runId: string,
+  reason: string,
+): Promise<void> {
+  try {
+    await client.workflow.getHandle(workflowId, runId).terminate(reason);
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError)) throw err;
   }
 }
 
