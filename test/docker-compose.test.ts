@@ -59,6 +59,7 @@ const ServiceSchema = z.object({
   healthcheck: z.object({ test: z.union([z.string(), z.array(z.string())]) }).optional(),
   networks: z.union([z.array(z.string()), z.record(z.string(), z.unknown())]).optional(),
   stop_grace_period: z.string().optional(),
+  command: z.union([z.string(), z.array(z.string())]).optional(),
 });
 type Service = z.infer<typeof ServiceSchema>;
 
@@ -245,9 +246,16 @@ function compiledPath(sourceFile: string): { js: string; outDir: string } {
 // ---------------------------------------------------------------------------------------------------------
 
 describe('docker-compose.yml', () => {
-  it('parses and has the five services', () => {
+  it('parses and has the six services', () => {
     const compose = loadCompose();
-    for (const name of ['postgresql', 'temporal', 'temporal-admin-tools', 'temporal-ui', 'worker']) {
+    for (const name of [
+      'postgresql',
+      'pipeline-db',
+      'temporal',
+      'temporal-admin-tools',
+      'temporal-ui',
+      'worker',
+    ]) {
       service(compose, name);
     }
   });
@@ -291,6 +299,10 @@ describe('docker-compose.yml', () => {
       'TEMPORAL_CLI_PATH',
       'TEMPORAL_TEST_SERVER_PATH',
       'OFFLINE_MODEL_LATENCY_MS',
+      // The client's default budget for the runs it submits.
+      'STEP_BUDGET_MINUTES',
+      // Set by the Dockerfile; with DATABASE_URL nothing is kept there.
+      'DATA_DIR',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));
@@ -353,16 +365,36 @@ describe('docker-compose.yml', () => {
     assert.equal(config.temporal.address, 'temporal:7233');
     assert.equal(config.temporal.namespace, 'default');
     assert.equal(config.taskQueue, DEFAULT_TASK_QUEUE);
-    assert.equal(config.dataDir, '/app/data');
     assert.deepEqual(config.model, { kind: 'offline' });
     assert.deepEqual(config.publisher, { kind: 'sqlite' });
+  });
 
-    // The data dir is a mount (it survives the container), and the same directory the host client (run with
-    // no DATA_DIR) uses.
-    const mount = bindMounts(worker).find((m) => m.target === config.dataDir);
-    assert.ok(mount, `the worker's data dir ${config.dataDir} is not a mounted volume`);
-    const hostClient = loadConfig({ ...containerEnvironment(worker, {}), DATA_DIR: undefined }, ROOT);
-    assert.equal(path.resolve(ROOT, mount.source), hostClient.dataDir, 'host and worker data dirs differ');
+  it("keeps the worker's state in the compose PostgreSQL, not in a folder shared with the host", () => {
+    const compose = loadCompose();
+    const worker = service(compose, 'worker');
+    const config = loadConfig(containerEnvironment(worker, {}), '/app');
+    assert.equal(config.database.kind, 'postgres');
+    const url = new URL(config.database.kind === 'postgres' ? config.database.url : '');
+    assert.equal(url.hostname, 'postgresql', 'the worker does not use the compose postgresql service');
+    const pgEnv = rawEnvironment(service(compose, 'postgresql'));
+    assert.equal(decodeURIComponent(url.username), pgEnv.get('POSTGRES_USER'));
+    assert.equal(decodeURIComponent(url.password), pgEnv.get('POSTGRES_PASSWORD'));
+    // Its database is made by the one-shot pipeline-db service, which the worker waits for.
+    const database = url.pathname.slice(1);
+    const setup = JSON.stringify(service(compose, 'pipeline-db').command ?? '');
+    assert.ok(setup.includes(`CREATE DATABASE ${database}`), `pipeline-db does not create ${database}`);
+    assert.equal(dependsOn(worker).get('pipeline-db'), 'service_completed_successfully');
+    assert.deepEqual(bindMounts(worker), [], 'the worker mounts a host folder');
+    // The host client reaches the same database on the published port the header comment gives.
+    const published = portMappings(service(compose, 'postgresql')).find((p) => p.target === 5432);
+    assert.ok(published, 'postgresql is not published on the host, so clients cannot store document texts');
+    const header = fs.readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8');
+    assert.ok(
+      header.includes(
+        `DATABASE_URL=postgres://${url.username}:${url.password}@localhost:${published.published}/${database}`,
+      ),
+      'the header comment gives the host client another DATABASE_URL',
+    );
   });
 
   it("passes the host's model and webhook settings through to the worker", () => {
