@@ -142,7 +142,7 @@ describe('adding a step, as docs/add-a-step.md says', () => {
       const { printOutcomes } = await import(path.join(copy, 'src', 'runs', 'result-table.ts'));
       const contract = await import(path.join(copy, 'src', 'contract.ts'));
       const config = loadConfig({ DATA_DIR: path.join(copy, 'data') });
-      const parts = createDependencies(config);
+      const parts = await createDependencies(config);
       defer(() => parts.close());
       const taskQueue = `add-a-step-${randomUUID()}`;
       const worker: Worker = await createPipelineWorker({
@@ -160,7 +160,7 @@ describe('adding a step, as docs/add-a-step.md says', () => {
           {
             schemaVersion: 1,
             documentId,
-            textRef: parts.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')),
+            textRef: await parts.stores.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')),
             title: 'Checkpoints',
           },
         ],
