@@ -27,7 +27,8 @@ import { INPUT_SCHEMA_VERSION } from '../src/contract';
 import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
-import { closeServer, listenOnLoopback } from '../src/lib/loopback';
+import { relay } from '../src/cli/demo/link';
+import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
 import { OpenAICompatibleModel } from '../src/model/openai-compatible';
@@ -267,6 +268,27 @@ export function webhookPublisher(
   }: { timeoutMs?: number; policy?: 'auto' | 'resend' | 'hold'; ledger?: DeliveryLedger } = {},
 ): WebhookPublisher {
   return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy });
+}
+
+/**
+ * Passes one POST on to `targetUrl` with its Idempotency-Key, and the answer back with the target's echo of the
+ * key; with `dropReply`, drops the connection instead of answering, as a reply lost after the effect.
+ */
+export async function forwardPost(
+  targetUrl: string,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  { dropReply = false }: { dropReply?: boolean } = {},
+): Promise<void> {
+  const header = req.headers['idempotency-key'];
+  const answer = await relay(targetUrl, {
+    key: typeof header === 'string' ? header : undefined,
+    body: await readBody(req),
+  });
+  if (dropReply) return void res.socket?.destroy();
+  const echo: Record<string, string> =
+    answer.echoedKey === null ? {} : { 'idempotency-key': answer.echoedKey };
+  res.writeHead(answer.status, { 'content-type': 'application/json', ...echo }).end(answer.body);
 }
 
 /** A delivery ledger in a scratch folder, closed after the file's tests. */

@@ -18,6 +18,7 @@ import { FailureType } from '../src/contract';
 import {
   cleanupAfterAll,
   closeServer,
+  forwardPost,
   listenOnLoopback,
   scratchDir,
   scratchLedger,
@@ -419,22 +420,7 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
     const ledger = scratchLedger(defer);
     const dropSecond = await scriptedServer((req, res) => {
       n += 1;
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        void fetch(receiver.url, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'idempotency-key': String(req.headers['idempotency-key']),
-          },
-          body: Buffer.concat(chunks),
-        }).then(async (answer) => {
-          if (n === 2) return void res.socket?.destroy();
-          const headers = Object.fromEntries(answer.headers.entries());
-          res.writeHead(answer.status, headers).end(await answer.text());
-        });
-      });
+      void forwardPost(receiver.url, req, res, { dropReply: n === 2 });
     });
     const publisher = webhookPublisher(defer, dropSecond, { ledger });
 

@@ -15,6 +15,7 @@ import { startReceiver } from '../src/publisher/receiver';
 import { submitDocument } from '../src/runs/submit';
 import {
   cleanupAfterAll,
+  forwardPost,
   closeServer,
   installQuietRuntime,
   listenOnLoopback,
@@ -52,20 +53,7 @@ async function flakyReceiver(): Promise<{ url: string; fix(): void; store: Sqlit
       res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":"receiver misconfigured"}');
       return;
     }
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      void fetch(real.url, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'idempotency-key': String(req.headers['idempotency-key']),
-        },
-        body: Buffer.concat(chunks),
-      }).then(async (answer) => {
-        res.writeHead(answer.status, Object.fromEntries(answer.headers.entries())).end(await answer.text());
-      });
-    });
+    void forwardPost(real.url, req, res);
   });
   const origin = await listenOnLoopback(server);
   defer(() => closeServer(server));

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Pool } from '../store/postgres';
 import { inTransaction } from '../store/postgres';
-import { RejectedListSchema, StoredAnswerSchema } from './memo';
+import { decideClaim, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
 
 const RowSchema = z.object({
@@ -38,24 +38,33 @@ export class PostgresAnswerMemo implements AnswerMemo {
           )
         ).rows[0],
       );
-      if (found.answer !== null) return { kind: 'answered', answer: StoredAnswerSchema.parse(found.answer) };
-      if (
-        found.owner !== null &&
-        found.owner !== owner &&
-        found.lease_live === true &&
-        found.lease_until !== null
-      ) {
-        return { kind: 'held', owner: found.owner, leaseUntil: found.lease_until };
-      }
-      const sameRun = found.run_id === request.runId;
-      const providerFailures = sameRun ? found.provider_failures : 0;
-      const rejected = sameRun ? RejectedListSchema.parse(found.rejected) : [];
+      const claim = decideClaim(
+        {
+          runId: found.run_id,
+          owner: found.owner,
+          leaseUntil: found.lease_until,
+          leaseLive: found.lease_live === true,
+          answer: found.answer,
+          providerFailures: found.provider_failures,
+          rejected: found.rejected,
+        },
+        request,
+        owner,
+      );
+      if (claim.kind !== 'owned') return claim;
       await db.query(
         `UPDATE model_memo SET owner = $2, lease_until = clock_timestamp() + $3 * interval '1 millisecond',
            run_id = $4, provider_failures = $5, rejected = $6, updated_at = now() WHERE memo_key = $1`,
-        [request.memoKey, owner, leaseMs, request.runId, providerFailures, JSON.stringify(rejected)],
+        [
+          request.memoKey,
+          owner,
+          leaseMs,
+          request.runId,
+          claim.providerFailures,
+          JSON.stringify(claim.rejected),
+        ],
       );
-      return { kind: 'owned', providerFailures, rejected };
+      return claim;
     });
   }
 

@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
 import { openDatabase } from '../lib/sqlite';
-import { RejectedListSchema, StoredAnswerSchema } from './memo';
+import { decideClaim, RejectedListSchema, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
 
 const RowSchema = z.object({
@@ -59,21 +59,20 @@ export class SqliteAnswerMemo implements AnswerMemo {
           );
         return { kind: 'owned', providerFailures: 0, rejected: [] };
       }
-      if (found.answer !== null) {
-        return { kind: 'answered', answer: StoredAnswerSchema.parse(JSON.parse(found.answer)) };
-      }
-      if (
-        found.owner !== null &&
-        found.owner !== owner &&
-        found.lease_until !== null &&
-        found.lease_until > now
-      ) {
-        return { kind: 'held', owner: found.owner, leaseUntil: new Date(found.lease_until) };
-      }
-      // Free, expired, or ours already. Another run starts its own count of provider errors and refusals.
-      const sameRun = found.run_id === request.runId;
-      const providerFailures = sameRun ? found.provider_failures : 0;
-      const rejected = sameRun ? RejectedListSchema.parse(JSON.parse(found.rejected)) : [];
+      const claim = decideClaim(
+        {
+          runId: found.run_id,
+          owner: found.owner,
+          leaseUntil: found.lease_until === null ? null : new Date(found.lease_until),
+          leaseLive: found.lease_until !== null && found.lease_until > now,
+          answer: found.answer === null ? null : (JSON.parse(found.answer) as unknown),
+          providerFailures: found.provider_failures,
+          rejected: JSON.parse(found.rejected) as unknown,
+        },
+        request,
+        owner,
+      );
+      if (claim.kind !== 'owned') return claim;
       this.db
         .prepare(
           `UPDATE model_memo SET owner = ?, lease_until = ?, run_id = ?, provider_failures = ?, rejected = ?,
@@ -83,12 +82,12 @@ export class SqliteAnswerMemo implements AnswerMemo {
           owner,
           now + leaseMs,
           request.runId,
-          providerFailures,
-          JSON.stringify(rejected),
+          claim.providerFailures,
+          JSON.stringify(claim.rejected),
           now,
           request.memoKey,
         );
-      return { kind: 'owned', providerFailures, rejected };
+      return claim;
     });
     // IMMEDIATE takes the write lock before the read, so two claimers serialise instead of both reading "free".
     return run.immediate();

@@ -67,6 +67,36 @@ export interface AnswerMemo {
   close(): Promise<void>;
 }
 
+/** An existing entry as a claim finds it; `leaseLive` is read on the backend's clock. */
+export interface EntryState {
+  runId: string;
+  owner: string | null;
+  leaseUntil: Date | null;
+  leaseLive: boolean;
+  /** The stored answer (parsed JSON), or null while there is none. */
+  answer: unknown;
+  providerFailures: number;
+  rejected: unknown;
+}
+
+/**
+ * What a claim of an existing entry comes to, in both backends: its answer when it has one; `held` while
+ * another owner's lease is live; else the caller takes it (it was free, expired, or already the caller's),
+ * with this run's count of provider errors and refused answers (another run starts its own).
+ */
+export function decideClaim(entry: EntryState, request: MemoRequest, owner: string): Claim {
+  if (entry.answer !== null) return { kind: 'answered', answer: StoredAnswerSchema.parse(entry.answer) };
+  if (entry.owner !== null && entry.owner !== owner && entry.leaseLive && entry.leaseUntil !== null) {
+    return { kind: 'held', owner: entry.owner, leaseUntil: entry.leaseUntil };
+  }
+  const sameRun = entry.runId === request.runId;
+  return {
+    kind: 'owned',
+    providerFailures: sameRun ? entry.providerFailures : 0,
+    rejected: sameRun ? RejectedListSchema.parse(entry.rejected) : [],
+  };
+}
+
 /**
  * The memo key of one model request: the workflow ID (stable across runs, so a resubmitted document reuses what
  * a failed run paid for), the step, and a hash of everything that shapes the answer: the step's input, the model

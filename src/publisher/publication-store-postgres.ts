@@ -1,7 +1,13 @@
 import { z } from 'zod';
 import type { Pool } from '../store/postgres';
 import { inTransaction } from '../store/postgres';
-import { decidePublication, deliveryRows, LatestRowSchema, RevisionRowSchema } from './publication-store';
+import {
+  currentPublicationOf,
+  decidePublication,
+  deliveryRows,
+  LatestRowSchema,
+  RevisionRowSchema,
+} from './publication-store';
 import type { CurrentPublication, DeliveryRow, PublicationStore } from './publication-store';
 import type { Publication, Receipt } from './types';
 
@@ -72,24 +78,7 @@ export class PostgresPublicationStore implements PublicationStore {
       [documentId],
     );
     if (result.rows[0] === undefined) return undefined;
-    const r = z
-      .object({
-        document_id: z.string(),
-        revision: z.number(),
-        title: z.string(),
-        summary: z.string(),
-        tags: z.array(z.string()),
-        scheduled_at: z.number().nullable(),
-      })
-      .parse(result.rows[0]);
-    return {
-      documentId: r.document_id,
-      revision: r.revision,
-      title: r.title,
-      summary: r.summary,
-      tags: r.tags,
-      scheduledAt: r.scheduled_at,
-    };
+    return currentPublicationOf(result.rows[0]);
   }
 
   async revisionsOf(documentId: string): Promise<{ revision: number; idempotencyKey: string }[]> {

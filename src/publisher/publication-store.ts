@@ -164,24 +164,7 @@ export class SqlitePublicationStore implements PublicationStore {
       )
       .get(documentId);
     if (row === undefined) return undefined;
-    const r = z
-      .object({
-        document_id: z.string(),
-        revision: z.number(),
-        title: z.string(),
-        summary: z.string(),
-        tags: z.string(),
-        scheduled_at: z.number().nullable(),
-      })
-      .parse(row);
-    return {
-      documentId: r.document_id,
-      revision: r.revision,
-      title: r.title,
-      summary: r.summary,
-      tags: z.array(z.string()).parse(JSON.parse(r.tags)),
-      scheduledAt: r.scheduled_at,
-    };
+    return currentPublicationOf(row);
   }
 
   /** All revisions of one document, oldest first. */
@@ -255,6 +238,31 @@ export function decidePublication(
   return {
     outcome: 'created',
     receipt: { documentId: publication.documentId, revision: (latest?.revision ?? 0) + 1, duplicate: false },
+  };
+}
+
+/** A `publications` row as a CurrentPublication; tags are JSON text in SQLite and jsonb in PostgreSQL. */
+export function currentPublicationOf(row: unknown): CurrentPublication {
+  const r = z
+    .object({
+      document_id: z.string(),
+      revision: z.number(),
+      title: z.string(),
+      summary: z.string(),
+      tags: z.union([
+        z.array(z.string()),
+        z.string().transform((text) => z.array(z.string()).parse(JSON.parse(text))),
+      ]),
+      scheduled_at: z.number().nullable(),
+    })
+    .parse(row);
+  return {
+    documentId: r.document_id,
+    revision: r.revision,
+    title: r.title,
+    summary: r.summary,
+    tags: r.tags,
+    scheduledAt: r.scheduled_at,
   };
 }
 
