@@ -26,9 +26,8 @@ import type { PublicationStore } from '../src/publisher/publication-store';
 import { PostgresPublicationStore } from '../src/publisher/publication-store-postgres';
 import type { Publication, Receipt } from '../src/publisher/types';
 import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
-import type { Migration } from '../src/store/migrations';
-import { migrate, openPostgres } from '../src/store/postgres';
-import type { Pool } from '../src/store/postgres';
+import { migrate, openPostgres } from '../src/lib/postgres';
+import type { Migration, Pool } from '../src/lib/postgres';
 import { cleanupAfterAll, scratchDir } from './helpers';
 import { freshDatabase, freshSchema } from './postgres';
 
@@ -85,7 +84,7 @@ const sqliteFiles: Backend = {
 const postgres: Backend = {
   name: 'PostgreSQL',
   async open() {
-    const pool = await openPostgres(await freshSchema(defer));
+    const pool = await openPostgres(await freshSchema(defer), POSTGRES_MIGRATIONS);
     return {
       blobs: new PostgresBlobStore(pool),
       memo: new PostgresAnswerMemo(pool),
@@ -626,7 +625,7 @@ storeContract(postgres);
 
 describe('PostgreSQL migrations', () => {
   /** Opens a pool on `url` (applying `migrations`), ended after the file's tests, before its database is dropped. */
-  async function opened(url: string, migrations?: readonly Migration[]): Promise<Pool> {
+  async function opened(url: string, migrations: readonly Migration[] = POSTGRES_MIGRATIONS): Promise<Pool> {
     const pool = await openPostgres(url, migrations);
     defer(() => pool.end());
     return pool;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Pool } from '../store/postgres';
+import type { Pool } from '../lib/postgres';
 import { blobRefOf, verifyBlob } from './blobs';
 import type { BlobStore } from './blobs';
 

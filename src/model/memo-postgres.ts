@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import type { Pool } from '../store/postgres';
-import { inTransaction } from '../store/postgres';
+import type { Pool } from '../lib/postgres';
+import { inTransaction } from '../lib/postgres';
 import { decideClaim, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
 

@@ -1,5 +1,5 @@
-import type { Pool } from '../store/postgres';
-import { inTransaction } from '../store/postgres';
+import type { Pool } from '../lib/postgres';
+import { inTransaction } from '../lib/postgres';
 import { claimFromRow, ledgerEntry } from './ledger';
 import type { DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';

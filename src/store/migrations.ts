@@ -2,11 +2,7 @@
  * The PostgreSQL schema, as numbered steps. A database records the versions it has (`schema_migrations`) and
  * gets only the missing ones at start. Never edit a step that has shipped: add the next number.
  */
-export interface Migration {
-  version: number;
-  name: string;
-  sql: string;
-}
+import type { Migration } from '../lib/postgres';
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
   {

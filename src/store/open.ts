@@ -11,7 +11,8 @@ import { PostgresDeliveryLedger } from '../publisher/ledger-postgres';
 import { SqlitePublicationStore } from '../publisher/publication-store';
 import type { PublicationStore } from '../publisher/publication-store';
 import { PostgresPublicationStore } from '../publisher/publication-store-postgres';
-import { openPostgres } from './postgres';
+import { openPostgres } from '../lib/postgres';
+import { POSTGRES_MIGRATIONS } from './migrations';
 
 /** The state the pipeline keeps, in one backend: the embedded SQLite files, or the fleet's PostgreSQL. */
 export interface Stores {
@@ -30,7 +31,7 @@ export interface Stores {
  */
 export async function openStores(config: Config): Promise<Stores> {
   if (config.database.kind === 'postgres') {
-    const pool = await openPostgres(config.database.url);
+    const pool = await openPostgres(config.database.url, POSTGRES_MIGRATIONS);
     const publications = new PostgresPublicationStore(pool);
     return {
       backend: 'postgres',

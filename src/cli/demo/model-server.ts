@@ -64,8 +64,11 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const path = /^(?:\/([\w-]+))?\/v1\/chat\/completions$/.exec(req.url ?? '');
-      if (req.method !== 'POST' || path === null) {
+      // The chat-completions path, with a route in front of it for a base URL that has one.
+      const segments = (req.url ?? '').split('/').slice(1);
+      const route = segments.length === 4 ? segments[0] : undefined;
+      const known = segments.slice(-3).join('/') === 'v1/chat/completions' && segments.length <= 4;
+      if (req.method !== 'POST' || !known) {
         res.writeHead(404, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: { message: 'POST /v1/chat/completions is the only route' } }));
         return;
@@ -85,7 +88,7 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
         idempotencyKey: header('idempotency-key'),
         authorization: header('authorization'),
         body,
-        route: path[1],
+        route,
         step: stepOf(raw),
         receivedAt: Date.now(),
         answeredAt: undefined,

@@ -1,6 +1,11 @@
 import pg from 'pg';
-import { POSTGRES_MIGRATIONS } from './migrations';
-import type { Migration } from './migrations';
+
+/** One numbered step of a schema; see migrate. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
 
 /** A pool on DATABASE_URL, shared by every store of the process. */
 export type Pool = pg.Pool;
@@ -9,7 +14,7 @@ export type Pool = pg.Pool;
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
 /** Opens a pool and brings the schema up to date (see migrate); the caller ends the pool. */
-export async function openPostgres(url: string, migrations: readonly Migration[] = POSTGRES_MIGRATIONS) {
+export async function openPostgres(url: string, migrations: readonly Migration[]) {
   const pool = new pg.Pool({ connectionString: url, max: 8 });
   // An idle client that loses its server (a restart) emits 'error'; without a listener that would end the process.
   pool.on('error', () => undefined);
