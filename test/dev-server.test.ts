@@ -203,6 +203,7 @@ describe('documentPipeline on a real dev server', () => {
       documentId: input.documentId,
       revision: 1,
       duplicate: false,
+      receiverHonoursKey: true,
     });
     assert.deepEqual(
       server.requests.map((r) => [isTagRequest(r) ? 'tag' : 'summarize', r.idempotencyKey]).sort(),
@@ -344,6 +345,7 @@ describe('documentPipeline on a real dev server', () => {
       documentId: input.documentId,
       revision: 1,
       duplicate: false,
+      receiverHonoursKey: true,
     });
     assert.ok(gate.held.every((r) => r.key === `${oldRun}:publish`));
     assert.ok(
