@@ -82,6 +82,20 @@ const EnvSchema = z.object({
     .optional()
     .transform((s) => (s === undefined || s === '' ? 'key-1' : s)),
   PAYLOAD_DECRYPTION_KEYS: optionalText,
+  PUBLISH_WEBHOOK_SECRET: optionalText,
+  PUBLISH_TARGET_HOST: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? '127.0.0.1' : s)),
+  PAYLOAD_REQUIRE_ENCRYPTION: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'false' : s.toLowerCase()))
+    .pipe(z.enum(['true', 'false'], { error: 'must be true or false' }))
+    .transform((s) => s === 'true'),
+  DOCUMENT_ID_SECRET: optionalText,
   DATABASE_URL: z
     .string()
     .trim()
@@ -160,8 +174,22 @@ export interface Config {
    * echoed a key, hold before).
    */
   openDeliveryPolicy: 'auto' | 'resend' | 'hold';
-  /** AES-GCM payload encryption settings; off while `key` is unset. Secrets: never log this object. */
-  payloadEncryption: { key: string | undefined; keyId: string; retired: string | undefined };
+  /**
+   * AES-GCM payload encryption settings; off while `key` is unset. `required`: workers refuse plaintext
+   * payloads. Secrets: never log this object.
+   */
+  payloadEncryption: {
+    key: string | undefined;
+    keyId: string;
+    retired: string | undefined;
+    required: boolean;
+  };
+  /** Shared secret the webhook publisher signs with and the publish target verifies; unset: unsigned. */
+  publishSecret: string | undefined;
+  /** Address `npm run publish-target` binds to; anything but loopback needs publishSecret. */
+  publishTargetHost: string;
+  /** When set, document IDs are an HMAC of the path under this secret, so IDs reveal nothing guessable. */
+  documentIdSecret: string | undefined;
 }
 
 /** Thrown for a configuration a person has to fix; the message says which variable and how. */
@@ -226,6 +254,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       key: e.PAYLOAD_ENCRYPTION_KEY,
       keyId: e.PAYLOAD_ENCRYPTION_KEY_ID,
       retired: e.PAYLOAD_DECRYPTION_KEYS,
+      required: e.PAYLOAD_REQUIRE_ENCRYPTION,
     },
+    publishSecret: e.PUBLISH_WEBHOOK_SECRET,
+    publishTargetHost: e.PUBLISH_TARGET_HOST,
+    documentIdSecret: e.DOCUMENT_ID_SECRET,
   };
 }

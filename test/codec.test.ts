@@ -135,7 +135,7 @@ describe('encrypted runs on a real dev server', () => {
       model: openAIModel(model, { apiKey: SECRET_API_KEY, requestTimeoutMs: 10_000 }),
     });
     const dataConverter = dataConverterFor({
-      payloadEncryption: { key: NEW_KEY, keyId: 'test-key', retired: undefined },
+      payloadEncryption: { key: NEW_KEY, keyId: 'test-key', retired: undefined, required: false },
     });
     const client = new Client({ connection: env.connection, dataConverter });
     const taskQueue = `codec-${randomUUID()}`;

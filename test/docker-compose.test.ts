@@ -303,6 +303,9 @@ describe('docker-compose.yml', () => {
       'STEP_BUDGET_MINUTES',
       // Set by the Dockerfile; with DATABASE_URL nothing is kept there.
       'DATA_DIR',
+      // Read by npm run publish-target and by the submitting client.
+      'PUBLISH_TARGET_HOST',
+      'DOCUMENT_ID_SECRET',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));
