@@ -10,12 +10,26 @@ import type { TemporalSettings } from './temporal/settings';
 export const DEFAULT_TEMPORAL_PORT = 7233;
 export const DEFAULT_UI_PORT = 8233;
 
-const optionalUrl = z
-  .string()
-  .trim()
-  .optional()
-  .transform((s) => (s === '' ? undefined : s))
-  .pipe(z.url({ protocol: /^https?$/ }).optional());
+/**
+ * An http(s) URL, or unset. A user name or password in it is refused: URLs end up in messages and logs, so the
+ * credential goes where `credentialGoes` says.
+ */
+const optionalUrl = (credentialGoes: string) =>
+  z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === '' ? undefined : s))
+    .pipe(
+      z
+        .url({ protocol: /^https?$/ })
+        .refine((url) => {
+          if (!URL.canParse(url)) return true; // the url check above already says what is wrong
+          const { username, password } = new URL(url);
+          return username === '' && password === '';
+        }, `must not carry a user name or password (URLs are shown in messages and logs): ${credentialGoes}`)
+        .optional(),
+    );
 
 const optionalText = z
   .string()
@@ -45,7 +59,7 @@ const EnvSchema = z.object({
   TEMPORAL_CLI_PATH: optionalText,
   TEMPORAL_TEST_SERVER_PATH: optionalText,
   DATA_DIR: optionalText,
-  OPENAI_BASE_URL: optionalUrl,
+  OPENAI_BASE_URL: optionalUrl('put the API key in OPENAI_API_KEY'),
   OPENAI_API_KEY: optionalText,
   OPENAI_MODEL: optionalText,
   MODEL_REQUEST_TIMEOUT_MS: positiveInt(90_000),
@@ -72,7 +86,9 @@ const EnvSchema = z.object({
       }
     })
     .pipe(PriceTableSchema),
-  PUBLISH_WEBHOOK_URL: optionalUrl,
+  PUBLISH_WEBHOOK_URL: optionalUrl(
+    'let the receiver check PUBLISH_WEBHOOK_SECRET, which signs every request',
+  ),
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
   PAYLOAD_ENCRYPTION_KEY: optionalText,

@@ -126,6 +126,18 @@ describe('loadConfig', () => {
     );
   });
 
+  it('refuses a user name or password in a URL, saying where the credential belongs', () => {
+    assertConfigError(
+      () => loadConfig({ OPENAI_BASE_URL: 'https://me:sk-secret@api.example.com/v1', OPENAI_MODEL: 'm' }),
+      /OPENAI_BASE_URL: must not carry a user name or password .*put the API key in OPENAI_API_KEY/,
+    );
+    assertConfigError(
+      () => loadConfig({ PUBLISH_WEBHOOK_URL: 'https://hook:pw@receiver.example.com/in' }),
+      /PUBLISH_WEBHOOK_URL: must not carry a user name or password .*PUBLISH_WEBHOOK_SECRET/,
+    );
+    assert.doesNotThrow(() => loadConfig({ PUBLISH_WEBHOOK_URL: 'https://receiver.example.com/in/T0K3N' }));
+  });
+
   it('names PUBLISH_WEBHOOK_URL when it is not a URL', () => {
     assertConfigError(() => loadConfig({ PUBLISH_WEBHOOK_URL: 'not a url' }), /PUBLISH_WEBHOOK_URL/);
   });

@@ -277,6 +277,24 @@ describe('model faults through the activities', () => {
     );
   });
 
+  it('names the model server by its origin only: a path in OPENAI_BASE_URL never reaches a message', async () => {
+    const server = await modelServerFor(defer, () => ({ status: 503, body: { error: 'busy' } }));
+    const origin = new URL(server.baseUrl).origin;
+    const withTenant = { baseUrl: `${origin}/tenant-4f9c2a-secret/v1` };
+    const attempt = await stepAttempt('summarize', openAIModel(withTenant));
+    await assert.rejects(attempt.run(), (err) => {
+      assert.ok(err instanceof ApplicationFailure, String(err));
+      assert.ok(err.message.includes(`model server at ${origin}`), err.message);
+      assert.doesNotMatch(err.message, /tenant-4f9c2a-secret|chat\/completions/);
+      return true;
+    });
+    assert.equal(
+      server.requests[0]?.route,
+      'tenant-4f9c2a-secret',
+      'the request did not go through the path',
+    );
+  });
+
   const tagCases = [
     { name: 'an empty list', content: '{"tags": []}', path: /\(tags: /, excerpt: '{"tags": []}' },
     {
@@ -341,7 +359,7 @@ describe('model faults through the activities', () => {
       applicationFailure(FailureType.TransientModelError, true, [
         /request failed/,
         /will retry/,
-        new RegExp(server.baseUrl),
+        new RegExp(`model server at ${new URL(server.baseUrl).origin}:`),
       ]),
     );
     assert.equal(server.seen.length, 1, 'the POST was repeated by the HTTP client');

@@ -103,7 +103,8 @@ export class OpenAICompatibleModel implements DocumentModel {
     call: ModelCall,
     { maxTokens, json = false }: { maxTokens: number; json?: boolean },
   ): Promise<{ content: string; usage: Usage }> {
-    const what = `model server at ${this.url}`;
+    // Only the origin: a base URL's path may carry a tenant or a token, and messages land in histories and logs.
+    const what = `model server at ${new URL(this.url).origin}`;
     const headers: Record<string, string> = { 'idempotency-key': call.idempotencyKey };
     if (this.options.apiKey !== undefined) headers.authorization = `Bearer ${this.options.apiKey}`;
     const answer = await postJson(
