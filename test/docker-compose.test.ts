@@ -132,17 +132,19 @@ function containerEnvironment(s: Service, host: Record<string, string | undefine
 interface PortMapping {
   published: number | undefined;
   target: number;
+  /** The host address it is published on; undefined means every interface. */
+  hostIp: string | undefined;
 }
 
 function portMappings(s: Service): PortMapping[] {
   return (s.ports ?? []).map((p) => {
-    if (typeof p === 'number') return { published: undefined, target: p };
-    if (typeof p === 'object') return { published: p.published, target: p.target };
+    if (typeof p === 'number') return { published: undefined, target: p, hostIp: undefined };
+    if (typeof p === 'object') return { published: p.published, target: p.target, hostIp: p.host_ip };
     // [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]
     const parts = p.split('/')[0]?.split(':') ?? [];
     const target = Number(parts.at(-1));
     const published = parts.length >= 2 ? Number(parts.at(-2)) : undefined;
-    return { published, target };
+    return { published, target, hostIp: parts.length === 3 ? parts[0] : undefined };
   });
 }
 
@@ -415,6 +417,16 @@ describe('docker-compose.yml', () => {
       model: host.OPENAI_MODEL,
     });
     assert.deepEqual(config.publisher, { kind: 'webhook', url: host.PUBLISH_WEBHOOK_URL });
+  });
+
+  it('publishes ports on 127.0.0.1 only: the frontend, the UI and PostgreSQL ask for no password here', () => {
+    const compose = loadCompose();
+    const open = Object.entries(compose.services ?? {}).flatMap(([name, s]) =>
+      portMappings(s)
+        .filter((p) => p.published !== undefined && p.hostIp !== '127.0.0.1')
+        .map((p) => `${name} ${String(p.published)}`),
+    );
+    assert.deepEqual(open, [], 'published on every interface');
   });
 
   it('lets the worker scale (no fixed container name, no host port)', () => {
