@@ -614,7 +614,8 @@ describe('processDocuments with good and bad documents', () => {
       Buffer.from('# Caf\xe9 cr\xe8me\n\nIt was written in Latin-1.', 'latin1'),
     );
     fs.writeFileSync(file('big.md'), `# Big\n\n${'far too long. '.repeat(200)}`);
-    const linkTarget = path.join(root, 'moved-away.md');
+    // Inside the folder given (a link out of it is refused), under a name that is not itself a document.
+    const linkTarget = path.join(docs, 'moved-away.bak');
     fs.symlinkSync(linkTarget, file('gone.md'));
     const bad: Record<string, RegExp> = {
       [file('empty.md')]: /the file is empty; give it some text/,

@@ -4,11 +4,16 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { Client } from '@temporalio/client';
 import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } from '../src/documents/files';
-import { blobRefOf } from '../src/documents/blobs';
-import { DocumentIdSchema } from '../src/contract';
+import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
+import { loadConfig } from '../src/config';
+import { DocumentIdSchema, workflowIdFor } from '../src/contract';
+import { processDocuments } from '../src/runs/batch';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
 const LIMIT = 1_000;
@@ -148,6 +153,109 @@ describe('collectDocuments', () => {
   });
 });
 
+describe('collectDocuments on links in a folder', () => {
+  /** The paths, relative to `dir`, of the documents collected and of the sources refused. */
+  const relativeTo = (dir: string, list: ReadonlyArray<{ source: string }>) =>
+    list.map((d) => path.relative(dir, d.source));
+
+  it('refuses a link to a file outside the folder without reading it, and reads it when named directly', () => {
+    const outside = folder({ credentials: 'aws_secret_access_key = SECRET-CREDENTIAL' });
+    const secret = path.join(outside, 'credentials');
+    const dir = folder({ 'a.md': '# A\n\nText.' });
+    fs.symlinkSync(secret, path.join(dir, 'notes.md'));
+    fs.mkdirSync(path.join(dir, 'sub'));
+    fs.symlinkSync(path.relative(path.join(dir, 'sub'), secret), path.join(dir, 'sub', 'keys.txt'));
+
+    const { documents, rejected } = collectDocuments([dir], LIMIT);
+
+    assert.deepEqual(relativeTo(dir, documents), ['a.md']);
+    assert.deepEqual(relativeTo(dir, rejected), ['notes.md', path.join('sub', 'keys.txt')]);
+    for (const { reason } of rejected) {
+      assert.equal(
+        reason,
+        `it is a link to a file outside ${dir}, and links are not followed out of the folder given; ` +
+          'name the file itself to read it',
+      );
+    }
+    assert.ok(!documents.some((d) => d.bytes.includes('SECRET-CREDENTIAL')), 'the secret was read');
+
+    const named = collectDocuments([path.join(dir, 'notes.md')], LIMIT);
+    assert.deepEqual(named.rejected, [], "a link the user names is the user's choice");
+    assert.deepEqual(
+      named.documents.map((d) => d.bytes.toString()),
+      ['aws_secret_access_key = SECRET-CREDENTIAL'],
+    );
+  });
+
+  it('does not descend into a link to ".." or to its own folder: each document once, no loop', () => {
+    const dir = folder({ 'a.md': 'Alpha.', 'sub/b.md': 'Beta.' });
+    fs.symlinkSync('..', path.join(dir, 'up'));
+    fs.symlinkSync('..', path.join(dir, 'sub', 'loop'));
+    fs.symlinkSync(dir, path.join(dir, 'sub', 'again.md'));
+
+    const { documents, rejected } = collectDocuments([dir], LIMIT);
+
+    assert.deepEqual(relativeTo(dir, documents), ['a.md', path.join('sub', 'b.md')]);
+    assert.deepEqual(
+      rejected.map((r) => [path.relative(dir, r.source), r.reason]),
+      [
+        [
+          path.join('sub', 'again.md'),
+          'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
+        ],
+        [
+          path.join('sub', 'loop'),
+          'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
+        ],
+        [
+          'up',
+          `it is a link to a folder outside ${dir}, and links are not followed out of the folder given; ` +
+            'name the folder itself to read it',
+        ],
+      ],
+    );
+  });
+
+  it('reads a link to a document inside the folder under the link’s path, not a link to a folder inside it', () => {
+    const real = folder({ 'docs/index.md': '# Index\n\nThe docs.', 'notes.rst': 'Plain notes.' });
+    fs.symlinkSync(path.join('docs', 'index.md'), path.join(real, 'README.md'));
+    fs.symlinkSync('notes.rst', path.join(real, 'notes.txt'));
+    fs.symlinkSync('notes.rst', path.join(real, 'notes.bak'));
+    fs.symlinkSync('docs', path.join(real, 'alias'));
+    // The folder itself is named through a link: the user chose it, and "inside" means inside its target.
+    const named = path.join(scratchDir(defer, 'documents-link-'), 'named');
+    fs.symlinkSync(real, named);
+
+    const { documents, rejected } = collectDocuments([named], LIMIT, { root: named });
+
+    assert.deepEqual(
+      documents.map((d) => [d.documentId, d.bytes.toString()]),
+      [
+        ['README.md', '# Index\n\nThe docs.'],
+        ['docs:index.md', '# Index\n\nThe docs.'],
+        ['notes.txt', 'Plain notes.'],
+      ],
+    );
+    assert.deepEqual(rejected, [
+      {
+        source: path.join(named, 'alias'),
+        reason:
+          'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
+      },
+    ]);
+  });
+
+  it('reports a FIFO (or any other non-file) with a document ending instead of skipping it', () => {
+    const dir = folder({ 'a.md': 'Alpha.' });
+    execFileSync('mkfifo', [path.join(dir, 'pipe.md')]);
+
+    const { documents, rejected } = collectDocuments([dir], LIMIT);
+
+    assert.deepEqual(relativeTo(dir, documents), ['a.md']);
+    assert.deepEqual(rejected, [{ source: path.join(dir, 'pipe.md'), reason: 'not a regular file' }]);
+  });
+});
+
 /** Asserts that `id` is a valid document ID and returns it. */
 function valid(id: string): string {
   const parsed = DocumentIdSchema.safeParse(id);
@@ -252,6 +360,99 @@ describe('documentIdOf', () => {
       '%20.md',
     ];
     for (const relative of odd) valid(documentIdOf(path.join(root, relative), root));
+  });
+});
+
+describe('keyed document IDs (DOCUMENT_ID_SECRET)', () => {
+  const SECRET = 'a secret of the deployment';
+  const root = path.join(path.sep, 'work', 'repo');
+  const keyed = (relative: string, secret = SECRET) =>
+    valid(documentIdOf(path.join(root, relative), root, secret));
+
+  it('is "doc-" and the HMAC-SHA256 of the relative path under the secret, in hex', () => {
+    const hmac = createHmac('sha256', SECRET).update('docs/guide.md').digest('hex');
+
+    assert.equal(keyed(path.join('docs', 'guide.md')), `doc-${hmac}`);
+    assert.equal(
+      valid(documentIdOf(path.join('docs', 'guide.md'), undefined, SECRET)),
+      `doc-${hmac}`,
+      'relative to the current folder by default, as without a secret',
+    );
+  });
+
+  it('is stable, distinct per path and per secret, and holds nothing of the path', () => {
+    const paths = [
+      'notes.md',
+      'docs/notes.md',
+      'docs:notes.md',
+      'my notes.md',
+      'x'.repeat(5_000),
+      '../up.md',
+    ];
+    const ids = paths.map((p) => keyed(p));
+
+    assert.deepEqual(
+      paths.map((p) => keyed(p)),
+      ids,
+      'the same path gets the same ID every time',
+    );
+    assert.equal(new Set(ids).size, paths.length, `shared IDs among ${ids.join(', ')}`);
+    assert.notEqual(keyed('notes.md', 'another secret'), keyed('notes.md'));
+    for (const id of ids) {
+      assert.match(id, /^doc-[0-9a-f]{64}$/);
+      assert.doesNotMatch(id, /notes|docs|up|xxx/);
+    }
+  });
+
+  it('keys every document collectDocuments finds when given the secret', () => {
+    const dir = folder({ 'a.md': 'Alpha.', 'nested/b.txt': 'Beta.' });
+
+    const { documents } = collectDocuments([dir], LIMIT, { root: dir, idSecret: SECRET });
+
+    assert.deepEqual(
+      documents.map((d) => d.documentId),
+      [
+        documentIdOf(path.join(dir, 'a.md'), dir, SECRET),
+        documentIdOf(path.join(dir, 'nested', 'b.txt'), dir, SECRET),
+      ],
+    );
+    assert.ok(documents.every((d) => /^doc-[0-9a-f]{64}$/.test(d.documentId)));
+  });
+
+  it('is what the batch command submits under when DOCUMENT_ID_SECRET is set', async () => {
+    const dir = folder({ 'private/plans.md': '# Plans\n\nNot for everyone.' });
+    const config = loadConfig({ DATA_DIR: path.join(dir, 'data'), DOCUMENT_ID_SECRET: SECRET }, dir);
+    const asked: string[] = [];
+    // Stops each submission at its first request to the server, once the workflow ID it uses is known.
+    const client = new Client({
+      interceptors: {
+        workflow: [
+          {
+            describe: (input) => {
+              asked.push(input.workflowExecution.workflowId);
+              throw new Error('no server in this test');
+            },
+          },
+        ],
+      },
+    });
+    defer(() => client.connection.close());
+    const source = path.join(dir, 'private', 'plans.md');
+
+    const outcomes = await processDocuments(
+      client,
+      config,
+      new FileBlobStore(path.join(dir, 'blobs')),
+      [path.join(dir, 'private')],
+      { print: () => {} },
+    );
+
+    assert.deepEqual(
+      outcomes.map((o) => [o.source, o.error]),
+      [[source, 'could not be submitted: no server in this test']],
+    );
+    assert.deepEqual(asked, [workflowIdFor(documentIdOf(source, process.cwd(), SECRET))]);
+    assert.doesNotMatch(asked[0] ?? '', /private|plans/);
   });
 });
 

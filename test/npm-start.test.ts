@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
+import { recordedProcess } from '../src/temporal/dev-server';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { dataPaths } from '../src/config';
 import { cleanupAfterAll, completion, freePort, isTagRequest, modelServerFor, scratchDir } from './helpers';
@@ -71,8 +71,9 @@ describe('npm start after a kill -9', () => {
     };
     // The embedded server records its process ID in the data folder; kill it as a machine crash would.
     const killEmbeddedServer = (): void => {
-      const pid = Number(fs.readFileSync(dataPaths(dataDir).temporalPid, 'utf8'));
-      if (Number.isInteger(pid) && pid > 0) process.kill(pid, 'SIGKILL');
+      const server = recordedProcess(dataPaths(dataDir).temporalPid);
+      assert.ok(server, 'no record of the embedded server in the data folder');
+      process.kill(server.pid, 'SIGKILL');
     };
 
     const first = startMain(env);

@@ -1,10 +1,12 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { blobRefOf } from './blobs';
 
 /** File endings picked up when a folder is given. */
 const DOCUMENT_EXTENSIONS = new Set(['.md', '.markdown', '.txt']);
+/** Open flag that refuses a link as the last part of the path (none on Windows, which has no such flag). */
+const NO_FOLLOW = fs.constants.O_NOFOLLOW ?? 0;
 
 export type Decoded = { ok: true; text: string } | { ok: false; reason: string };
 
@@ -54,43 +56,34 @@ export interface Rejected {
 }
 
 /**
- * Expands files and folders into documents, each identified by its path (documentIdOf, relative to `root`).
- * Nothing is dropped silently: every argument that is not a usable document comes back in `rejected` with the
- * reason.
+ * Expands files and folders into documents, each identified by its path (documentIdOf, relative to `root`; keyed
+ * by `idSecret` when given). Nothing is dropped silently: every argument that is not a usable document comes back
+ * in `rejected` with the reason. A file named as an argument is read even through a link (the user named it); a
+ * folder is read without leaving it (listFolder says how its links are treated).
  */
 export function collectDocuments(
   args: readonly string[],
   maxBytes: number,
-  { root = process.cwd() }: { root?: string } = {},
+  { root = process.cwd(), idSecret }: { root?: string; idSecret?: string } = {},
 ): { documents: DocumentFile[]; rejected: Rejected[] } {
   const documents: DocumentFile[] = [];
   const rejected: Rejected[] = [];
-  const consider = (file: string): void => {
-    let bytes: Buffer;
-    try {
-      // Sized before it is read: an over-size file is refused without loading it (past 2 GiB Node cannot).
-      const { size } = fs.statSync(file);
-      if (size > maxBytes) {
-        rejected.push({ source: file, reason: tooBig(size, maxBytes) });
-        return;
-      }
-      bytes = fs.readFileSync(file);
-    } catch (err) {
-      // A dangling symlink (an editor's lock file such as `.#notes.md`, say) or an unreadable file.
-      const code = err instanceof Error && 'code' in err ? ` (${String(err.code)})` : '';
-      rejected.push({ source: file, reason: `it cannot be read${code}; check the file or its link target` });
+  const consider = (source: string, readFrom: string, flags: number): void => {
+    const read = readDocument(readFrom, flags, maxBytes);
+    if (!read.ok) {
+      rejected.push({ source, reason: read.reason });
       return;
     }
-    const decoded = decodeDocument(bytes, maxBytes);
+    const decoded = decodeDocument(read.bytes, maxBytes);
     if (!decoded.ok) {
-      rejected.push({ source: file, reason: decoded.reason });
+      rejected.push({ source, reason: decoded.reason });
       return;
     }
     documents.push({
-      source: file,
-      documentId: documentIdOf(file, root),
-      title: titleOf(decoded.text, file),
-      bytes,
+      source,
+      documentId: documentIdOf(source, root, idSecret),
+      title: titleOf(decoded.text, source),
+      bytes: read.bytes,
     });
   };
   for (const arg of args) {
@@ -102,21 +95,57 @@ export function collectDocuments(
       continue;
     }
     if (stat.isDirectory()) {
-      const files = listDocumentFiles(arg);
-      if (files.length === 0) {
+      const entries = listFolder(arg);
+      if (entries.length === 0) {
         rejected.push({
           source: arg,
           reason: `the folder holds no ${[...DOCUMENT_EXTENSIONS].join(', ')} files`,
         });
       }
-      files.forEach(consider);
+      for (const entry of entries) {
+        if ('reason' in entry) rejected.push(entry);
+        else consider(entry.source, entry.readFrom, NO_FOLLOW);
+      }
     } else if (stat.isFile()) {
-      consider(arg);
+      consider(arg, arg, 0);
     } else {
       rejected.push({ source: arg, reason: 'not a regular file or folder' });
     }
   }
   return { documents, rejected };
+}
+
+/** Why a file could not be opened or read (a dangling link, no permission...), with the system's code. */
+function unreadable(err: unknown): string {
+  const code = err instanceof Error && 'code' in err ? ` (${String(err.code)})` : '';
+  return `it cannot be read${code}; check the file or its link target`;
+}
+
+/**
+ * The bytes of `file`, opened once with `flags`: what is checked is what is read, even if the folder changes
+ * meanwhile. Sized before it is read, so an over-size file is refused without loading it (past 2 GiB Node cannot).
+ */
+function readDocument(
+  file: string,
+  flags: number,
+  maxBytes: number,
+): { ok: true; bytes: Buffer } | { ok: false; reason: string } {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | flags);
+  } catch (err) {
+    return { ok: false, reason: unreadable(err) };
+  }
+  try {
+    const stat = fs.fstatSync(fd);
+    if (!stat.isFile()) return { ok: false, reason: 'not a regular file' };
+    if (stat.size > maxBytes) return { ok: false, reason: tooBig(stat.size, maxBytes) };
+    return { ok: true, bytes: fs.readFileSync(fd) };
+  } catch (err) {
+    return { ok: false, reason: unreadable(err) };
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** A path that is a document ID as it stands, once its folders are separated by ':' instead of '/'. */
@@ -131,9 +160,14 @@ const HASH_HEX = 12;
  * characters) keeps a readable tail and gets `::` and a hash of the path: `docs:my-draft.md::1f2e3d4c5b6a`. A
  * relative path has no empty folder names, so a plain ID never holds `::`: two paths never share an ID. The same
  * file named from another folder, or through a link, is another document.
+ *
+ * With a `secret` (DOCUMENT_ID_SECRET) the ID is `doc-` and the HMAC-SHA256 of that relative path under the
+ * secret, in hex: stable across runs and distinct per path, but nothing in it (a workflow ID, the Web UI, a
+ * history) can be read or guessed back to the path without the secret.
  */
-export function documentIdOf(file: string, root = process.cwd()): string {
+export function documentIdOf(file: string, root = process.cwd(), secret?: string): string {
   const relative = path.relative(root, path.resolve(file)).split(path.sep).join('/');
+  if (secret !== undefined) return `doc-${createHmac('sha256', secret).update(relative).digest('hex')}`;
   if (PLAIN_PATH.test(relative)) return relative.replaceAll('/', ':');
   const hash = createHash('sha256').update(relative).digest('hex').slice(0, HASH_HEX);
   const readable = relative
@@ -155,19 +189,73 @@ export function titleOf(text: string, file: string): string {
   return (heading ?? path.basename(file)).slice(0, 300);
 }
 
-function listDocumentFiles(dir: string): string[] {
-  return fs
-    .readdirSync(dir, { recursive: true, encoding: 'utf8' })
-    .map((entry) => path.join(dir, entry))
-    .filter((file) => DOCUMENT_EXTENSIONS.has(path.extname(file).toLowerCase()) && isFileOrBroken(file))
-    .sort();
+/** What a folder holds: a file to read (from `readFrom`), or one that is refused, with the reason. */
+type FolderEntry = { source: string; readFrom: string } | Rejected;
+
+/**
+ * The documents of a folder and its subfolders, in path order, without ever leaving it. Entries are looked at
+ * with lstat, so a link is seen as a link: a link to a folder is never descended into (no loop, no escape through
+ * `..`) and is listed as refused; a link to a document outside the folder is refused, never read (a `notes.md`
+ * pointing at a credentials file must not reach the model or the publish target); a link to a document inside
+ * the folder is read, under the link's own path (another document, as documentIdOf says). Links to files are
+ * looked at only with a document ending, like any file.
+ */
+function listFolder(dir: string): FolderEntry[] {
+  const boundary = fs.realpathSync(dir);
+  const entries: FolderEntry[] = [];
+  const walk = (folder: string): void => {
+    for (const name of fs.readdirSync(folder)) {
+      const source = path.join(folder, name);
+      const stat = fs.lstatSync(source);
+      const isDocument = DOCUMENT_EXTENSIONS.has(path.extname(name).toLowerCase());
+      if (stat.isDirectory()) {
+        walk(source);
+      } else if (stat.isSymbolicLink()) {
+        const entry = throughLink(source, isDocument, dir, boundary);
+        if (entry !== undefined) entries.push(entry);
+      } else if (isDocument) {
+        entries.push(stat.isFile() ? { source, readFrom: source } : { source, reason: 'not a regular file' });
+      }
+    }
+  };
+  walk(dir);
+  return entries.sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
 }
 
-/** A regular file, or a path that cannot be stat'ed (a dangling link): kept, so reading it reports the problem. */
-function isFileOrBroken(file: string): boolean {
+/**
+ * What to do with the link `source` found in the folder `dir` (whose real path is `boundary`): read its target
+ * (real path, so the check and the read agree), or refuse it. Undefined when it is not a document anyway.
+ */
+function throughLink(
+  source: string,
+  isDocument: boolean,
+  dir: string,
+  boundary: string,
+): FolderEntry | undefined {
+  let target: string;
+  let isFolder: boolean;
   try {
-    return fs.statSync(file).isFile();
-  } catch {
-    return true;
+    target = fs.realpathSync(source);
+    isFolder = fs.statSync(target).isDirectory();
+  } catch (err) {
+    // Dangling (an editor's lock file such as `.#notes.md`, say), or a loop of links.
+    return isDocument ? { source, reason: unreadable(err) } : undefined;
   }
+  if (!isFolder && !isDocument) return undefined;
+  const what = isFolder ? 'folder' : 'file';
+  const fromBoundary = path.relative(boundary, target);
+  if (fromBoundary.split(path.sep)[0] === '..' || path.isAbsolute(fromBoundary)) {
+    return {
+      source,
+      reason: `it is a link to a ${what} outside ${dir}, and links are not followed out of the folder given; name the ${what} itself to read it`,
+    };
+  }
+  if (isFolder) {
+    return {
+      source,
+      reason:
+        'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
+    };
+  }
+  return { source, readFrom: target };
 }

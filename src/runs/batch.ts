@@ -25,7 +25,9 @@ export async function processDocuments(
   paths: readonly string[],
   { since = Date.now(), print = console.log }: { since?: number; print?: (line: string) => void } = {},
 ): Promise<DocumentOutcome[]> {
-  const { documents, rejected } = collectDocuments(paths, config.maxDocumentBytes);
+  const { documents, rejected } = collectDocuments(paths, config.maxDocumentBytes, {
+    idSecret: config.documentIdSecret,
+  });
   const outcomes: DocumentOutcome[] = rejected.map((r) => ({
     source: r.source,
     title: path.basename(r.source),

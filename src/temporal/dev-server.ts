@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { z } from 'zod';
 import { describeExecutable, resolveTemporalExecutable } from './binaries';
 import type { Config, DataPaths } from '../config';
 import type { TemporalEndpoint } from './connection';
@@ -39,7 +40,7 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
   const defaultUi = `http://localhost:${config.uiPort}`;
   if (await answers('127.0.0.1', config.embeddedPort)) {
     // Left running by an earlier `npm start` that was killed? Then it is ours to stop at the end of this run.
-    const orphan = embeddedServerPid(config.paths.temporalPid);
+    const orphan = recordedProcess(config.paths.temporalPid);
     return {
       address,
       namespace: config.temporal.namespace,
@@ -108,7 +109,7 @@ async function startDevServer(
     { stdio: ['ignore', log, log] },
   );
   fs.closeSync(log);
-  if (child.pid !== undefined) fs.writeFileSync(files.temporalPid, String(child.pid));
+  if (child.pid !== undefined) writePidFile(files.temporalPid, child.pid);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let gone = false;
   void exited.then(() => (gone = true));
@@ -130,34 +131,80 @@ async function startDevServer(
 }
 
 /**
- * The process ID of an embedded server started from this data folder that is still alive, if any. Its pid file
- * (DATA_DIR/temporal-server.pid) is written while it runs, so a later run can stop one left behind.
+ * A process as a pid file records it. The ID alone is not enough: the system gives it to another process once this
+ * one has ended, so the file also holds what tells the two apart, the start time and the command line.
  */
-function embeddedServerPid(file: string): number | undefined {
-  let pid: number;
+const ProcessRecordSchema = z.object({
+  pid: z.number().int().positive(),
+  startTime: z.string(),
+  command: z.string(),
+});
+export type ProcessRecord = z.infer<typeof ProcessRecordSchema>;
+
+/**
+ * The record of the live process `pid`, read from /proc: its start time (field 22 of /proc/<pid>/stat, clock ticks
+ * since boot) and its command line. Undefined when it is gone, a zombie, or the system has no /proc (then no pid
+ * file is written or trusted, and a server left behind is used but not stopped).
+ */
+export function processRecord(pid: number): ProcessRecord | undefined {
+  if (process.platform !== 'linux') return undefined;
   try {
-    pid = Number(fs.readFileSync(file, 'utf8').trim());
-    process.kill(pid, 0);
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 2 is the command name in parentheses, which may hold spaces and ')': count from the last ')'.
+    const startTime = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[22 - 3];
+    const command = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0$/, '').replaceAll('\0', ' ');
+    return startTime !== undefined && command !== '' ? { pid, startTime, command } : undefined;
   } catch {
     return undefined;
   }
-  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-/** SIGTERM, then wait (up to 10 s) until the process is gone; removes its pid file. */
-async function stopProcess(pid: number, file: string): Promise<void> {
-  fs.rmSync(file, { force: true });
+/** True while `record` names a live process that is still the one recorded. */
+function stillRunning(record: ProcessRecord): boolean {
+  const now = processRecord(record.pid);
+  return now?.startTime === record.startTime && now.command === record.command;
+}
+
+/**
+ * Writes the pid file of the embedded server (DATA_DIR/temporal-server.pid) while it runs, so a later run can stop
+ * one left behind, and only that one. `spawn` returns once the child has exec'd, so the command read is the server's.
+ */
+export function writePidFile(file: string, pid: number): void {
+  const record = processRecord(pid);
+  if (record !== undefined) fs.writeFileSync(file, JSON.stringify(record));
+}
+
+/**
+ * The embedded server recorded in `file`, if that very process is still alive: same ID, start time and command.
+ * A file that names another process (its ID reused), a dead one, or is in the old format (a bare ID) is removed,
+ * and undefined returned: nothing is ever signalled on its word.
+ */
+export function recordedProcess(file: string): ProcessRecord | undefined {
+  let parsed: unknown;
   try {
-    process.kill(pid, 'SIGTERM');
+    parsed = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch {
+    parsed = undefined;
+  }
+  const record = ProcessRecordSchema.safeParse(parsed);
+  if (record.success && stillRunning(record.data)) return record.data;
+  fs.rmSync(file, { force: true });
+  return undefined;
+}
+
+/**
+ * SIGTERM, then wait (up to 10 s) until the process is gone; removes its pid file. Checked again just before the
+ * signal: the run may have lasted hours, long enough for the server to end and its ID to go to another process.
+ */
+async function stopProcess(record: ProcessRecord, file: string): Promise<void> {
+  fs.rmSync(file, { force: true });
+  if (!stillRunning(record)) return;
+  try {
+    process.kill(record.pid, 'SIGTERM');
   } catch {
     return;
   }
-  for (let waited = 0; waited < 10_000; waited += 100) {
-    try {
-      process.kill(pid, 0);
-    } catch {
-      return;
-    }
+  for (let waited = 0; waited < 10_000 && stillRunning(record); waited += 100) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
