@@ -50,6 +50,7 @@ export async function createDependencies(
         timeoutMs: config.publishRequestTimeoutMs,
         ledger: stores.ledger,
         openClaimPolicy: config.openDeliveryPolicy,
+        secret: config.publishSecret,
       });
     }
     return new StorePublisher(stores.publications(), stores.backend);

@@ -138,6 +138,17 @@ describe('loadConfig', () => {
     assert.doesNotThrow(() => loadConfig({ PUBLISH_WEBHOOK_URL: 'https://receiver.example.com/in/T0K3N' }));
   });
 
+  it('takes a Standard Webhooks secret for PUBLISH_WEBHOOK_SECRET and refuses anything weaker, saying how to make one', () => {
+    const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
+    assert.equal(loadConfig({ PUBLISH_WEBHOOK_SECRET: secret }).publishSecret, secret);
+    for (const weak of ['hunter2', 'whsec_c2hvcnQ=', 'whsec_not base64 at all!!']) {
+      assertConfigError(
+        () => loadConfig({ PUBLISH_WEBHOOK_SECRET: weak }),
+        /PUBLISH_WEBHOOK_SECRET: must be a Standard Webhooks secret.*openssl rand -base64 32/,
+      );
+    }
+  });
+
   it('names PUBLISH_WEBHOOK_URL when it is not a URL', () => {
     assertConfigError(() => loadConfig({ PUBLISH_WEBHOOK_URL: 'not a url' }), /PUBLISH_WEBHOOK_URL/);
   });

@@ -256,7 +256,7 @@ export async function localParts({
 
 /**
  * A webhook publisher to `url` with a delivery ledger of its own in a scratch folder, as a worker without
- * DATABASE_URL has; `policy` is OPEN_DELIVERY_POLICY.
+ * DATABASE_URL has; `policy` is OPEN_DELIVERY_POLICY, `secret` PUBLISH_WEBHOOK_SECRET (unsigned when unset).
  */
 export function webhookPublisher(
   defer: Defer,
@@ -265,9 +265,15 @@ export function webhookPublisher(
     timeoutMs = 5_000,
     policy = 'auto',
     ledger = scratchLedger(defer),
-  }: { timeoutMs?: number; policy?: 'auto' | 'resend' | 'hold'; ledger?: DeliveryLedger } = {},
+    secret,
+  }: {
+    timeoutMs?: number;
+    policy?: 'auto' | 'resend' | 'hold';
+    ledger?: DeliveryLedger;
+    secret?: string;
+  } = {},
 ): WebhookPublisher {
-  return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy });
+  return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy, secret });
 }
 
 /**

@@ -65,7 +65,8 @@ interface Delivery {
 async function faultyWebhook(script: (n: number) => Fault) {
   const dir = tempDir('publisher-faults-');
   const store = new SqlitePublicationStore(path.join(dir, 'receiver.db'));
-  const receiver = await startReceiver(store);
+  // Workflow time on the time-skipping server runs ahead of the wall clock the receiver bounds scheduledAt by.
+  const receiver = await startReceiver(store, { scheduleSkewMs: Infinity });
   const deliveries: Delivery[] = [];
 
   const proxy = http.createServer((req, res) => {

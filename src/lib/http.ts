@@ -31,16 +31,19 @@ export interface PostOptions {
   what: string;
   /** Failure type for errors worth retrying (connection refused or reset, request timeout). */
   transientType: string;
+  /** Headers made from the exact body sent, e.g. a signature over it; added to `headers`. */
+  bodyHeaders?: (body: string) => Record<string, string>;
 }
 
 /** POSTs JSON; a connection error or timeout becomes a retryable ApplicationFailure naming the system. */
 export async function postJson(url: string, body: unknown, options: PostOptions): Promise<HttpAnswer> {
   const timeout = AbortSignal.timeout(options.timeoutMs);
+  const text = JSON.stringify(body);
   try {
     const response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...options.headers },
-      body: JSON.stringify(body),
+      headers: { 'content-type': 'application/json', ...options.headers, ...options.bodyHeaders?.(text) },
+      body: text,
       signal: AbortSignal.any([timeout, options.signal]),
     });
     return {

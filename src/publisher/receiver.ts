@@ -1,10 +1,42 @@
 import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
 import { describeIssues, PublishInputSchema } from '../contract';
 import type { PublicationStore } from './publication-store';
+import { verifier } from './signature';
+
+/** The largest body read; a publication is a few kilobytes. A longer one is answered 413 and never buffered. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/**
+ * How far ahead of this receiver's clock a publication's `scheduledAt` may be: clock skew between the Temporal
+ * server (workflow time) and this machine. The store orders a document's runs by it, so a value far in the future
+ * would make every later run look older and be answered `superseded` forever; it is refused instead.
+ */
+export const SCHEDULE_SKEW_MS = 5 * 60 * 1000;
 
 export interface Receiver {
   url: string;
   close(): Promise<void>;
+}
+
+export interface ReceiverOptions {
+  /** Address to bind; anything but loopback needs `secret`. */
+  host?: string;
+  port?: number;
+  /** PUBLISH_WEBHOOK_SECRET: when set, only requests signed with it (Standard Webhooks) are taken. */
+  secret?: string | undefined;
+  /**
+   * Names clients may put in the Host header besides the bound address (loopback binds also answer to localhost,
+   * 127.0.0.1 and [::1]; wildcard binds to those and this machine's hostname), e.g. a compose service name.
+   */
+  hostnames?: string[];
+  maxBodyBytes?: number;
+  /**
+   * How far ahead of this machine's clock a `scheduledAt` may be (SCHEDULE_SKEW_MS). Only tests change it: on the
+   * time-skipping server, workflow time runs ahead of the wall clock.
+   */
+  scheduleSkewMs?: number;
 }
 
 /**
@@ -12,49 +44,111 @@ export interface Receiver {
  * PublicationStore. Point PUBLISH_WEBHOOK_URL at it; tests use it as the far side of the webhook publisher.
  * Answers 201 for a new revision, 200 for a key it has seen (with the first receipt), 200 with `superseded: true`
  * and the current revision for a new key from a run older than the published one (not written), 400 for bad
- * requests.
+ * requests, 401 for a missing or wrong signature (with a secret), 421 for a Host it does not answer to, 413 for
+ * a body over `maxBodyBytes`, 500 when the store fails (the server keeps serving).
  */
 export async function startReceiver(
   store: PublicationStore,
-  { host = '127.0.0.1', port = 0 }: { host?: string; port?: number } = {},
+  {
+    host = '127.0.0.1',
+    port = 0,
+    secret,
+    hostnames = [],
+    maxBodyBytes = MAX_BODY_BYTES,
+    scheduleSkewMs = SCHEDULE_SKEW_MS,
+  }: ReceiverOptions = {},
 ): Promise<Receiver> {
-  const server = http.createServer((req, res) => {
+  if (secret === undefined && !isLoopback(host)) {
+    throw new Error(
+      `The publish target would listen on ${host}, beyond this machine, and take unsigned publications from ` +
+        'anyone who reaches it: set PUBLISH_WEBHOOK_SECRET (the same value on the workers, which then sign ' +
+        'every request), or bind it to loopback (PUBLISH_TARGET_HOST=127.0.0.1).',
+    );
+  }
+  const verify = secret === undefined ? undefined : verifier(secret);
+  let allowedHost: (header: string | undefined) => boolean = () => false;
+
+  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const reply = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
     };
+    // A name it was not given is a DNS-rebinding page or a misrouted request, not a sender: refused before the body.
+    if (!allowedHost(req.headers.host)) {
+      reply(421, { error: `this publish target does not answer to Host "${req.headers.host ?? ''}"` });
+      return;
+    }
     if (req.method !== 'POST' || req.url !== '/publications') {
       reply(404, { error: 'POST /publications is the only route' });
       return;
     }
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const key = req.headers['idempotency-key'];
-      if (typeof key !== 'string' || key.trim() === '') {
-        reply(400, { error: 'the Idempotency-Key header is required' });
+    const raw = await readBody(req, maxBodyBytes);
+    if (raw === 'too-large') {
+      // Closing the connection stops the upload; what is still in flight is read and dropped, never kept.
+      reply(413, { error: `the body is over ${maxBodyBytes} bytes` }, { connection: 'close' });
+      req.resume();
+      return;
+    }
+    const key = req.headers['idempotency-key'];
+    if (verify !== undefined) {
+      const verdict = verify(req.headers, raw);
+      if (!verdict.ok) {
+        reply(401, { error: verdict.reason });
         return;
       }
-      let body: unknown;
-      try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      } catch {
-        reply(400, { error: 'the body must be JSON' });
+      // The signature covers webhook-id, not Idempotency-Key: tying the two stops a replay under a fresh key.
+      if (verdict.id !== key) {
+        reply(401, { error: 'the webhook-id header must equal the Idempotency-Key header (the signed key)' });
         return;
       }
-      const parsed = PublishInputSchema.safeParse(body);
-      if (!parsed.success) {
-        reply(400, { error: `invalid publication: ${describeIssues(parsed.error)}` });
-        return;
-      }
-      store.publish(parsed.data, key).then(
-        // Echoing the key tells the sender this receiver dedupes by it, so a lost answer may be sent again.
-        (receipt) =>
-          reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt, {
-            'idempotency-key': key,
-          }),
-        (err: unknown) => reply(503, { error: `the publication store failed: ${String(err)}` }),
-      );
+    }
+    if (typeof key !== 'string' || key.trim() === '') {
+      reply(400, { error: 'the Idempotency-Key header is required' });
+      return;
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(raw.toString('utf8'));
+    } catch {
+      reply(400, { error: 'the body must be JSON' });
+      return;
+    }
+    const parsed = PublishInputSchema.safeParse(body);
+    if (!parsed.success) {
+      reply(400, { error: `invalid publication: ${describeIssues(parsed.error)}` });
+      return;
+    }
+    const { scheduledAt } = parsed.data;
+    const ahead = scheduledAt === undefined ? 0 : scheduledAt - Date.now();
+    if (ahead > scheduleSkewMs) {
+      reply(400, {
+        error:
+          `scheduledAt is ${Math.round(ahead / 1000)} s ahead of this receiver's clock (at most ` +
+          `${scheduleSkewMs / 1000} s allowed): it would outrank every later run of the document. Fix the ` +
+          "sender's clock (NTP) or the value.",
+      });
+      return;
+    }
+    let receipt;
+    try {
+      receipt = await store.publish(parsed.data, key);
+    } catch (err) {
+      console.error(`publish target: the publication store (${store.where}) failed for key ${key}:`, err);
+      reply(500, {
+        error: 'the publication store failed; sending the same Idempotency-Key again is safe',
+      });
+      return;
+    }
+    // Echoing the key tells the sender this receiver dedupes by it, so a lost answer may be sent again.
+    reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt, { 'idempotency-key': key });
+  };
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      if (req.socket.destroyed) return; // the client went away mid-request: nothing to answer
+      console.error('publish target: request failed:', err);
+      if (res.headersSent) res.destroy();
+      else res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal error"}');
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -63,8 +157,58 @@ export async function startReceiver(
   });
   const address = server.address();
   if (address === null || typeof address === 'string') throw new Error('receiver did not bind a TCP port');
+  allowedHost = hostMatcher(host, address.port, hostnames);
   return {
-    url: `http://${host}:${address.port}/publications`,
+    url: `http://${bracketed(host)}:${address.port}/publications`,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** Reads the body, or stops at `max` bytes (keeping none of the rest) and says so. */
+function readBody(req: http.IncomingMessage, max: number): Promise<Buffer | 'too-large'> {
+  if (Number(req.headers['content-length'] ?? 0) > max) return Promise.resolve('too-large');
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > max) {
+        req.off('data', onData);
+        chunks.length = 0;
+        resolve('too-large');
+      } else {
+        chunks.push(chunk);
+      }
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (net.isIPv4(host) && host.startsWith('127.'));
+}
+
+function bracketed(host: string): string {
+  return net.isIPv6(host) ? `[${host}]` : host;
+}
+
+/** Whether a Host header names this server: one of the allowed names, with the bound port (80 when left out). */
+function hostMatcher(host: string, port: number, extra: string[]): (header: string | undefined) => boolean {
+  const wildcard = host === '0.0.0.0' || host === '::';
+  const names = new Set(
+    [
+      host,
+      ...(isLoopback(host) || wildcard ? ['localhost', '127.0.0.1', '::1'] : []),
+      ...(wildcard ? [os.hostname()] : []),
+      ...extra,
+    ].map((name) => bracketed(name).toLowerCase()),
+  );
+  return (header) => {
+    const match = /^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(\d{1,5}))?$/i.exec(header ?? '');
+    if (match === null) return false;
+    const [, name = '', given = '80'] = match;
+    return names.has(name.toLowerCase()) && Number(given) === port;
   };
 }

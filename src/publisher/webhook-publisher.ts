@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
 import { FailureType, workflowIdFor } from '../contract';
 import type { DeliveryLedger } from './ledger';
+import { signer } from './signature';
 import type { Publication, Publisher, Receipt } from './types';
 
 /** What a receiver may answer; revision, duplicate and superseded are optional so any 2xx endpoint works. */
@@ -26,22 +27,27 @@ export interface WebhookOptions {
   ledger: DeliveryLedger;
   /** What to do with an earlier attempt's open claim: see Config.openDeliveryPolicy. */
   openClaimPolicy: 'auto' | 'resend' | 'hold';
+  /** PUBLISH_WEBHOOK_SECRET: when set, every request is signed with it (Standard Webhooks, id = the key). */
+  secret?: string | undefined;
 }
 
 /**
- * POSTs the publication as JSON with an `Idempotency-Key` header, recording each delivery in the ledger first:
- * claim, POST, receipt. A retry that finds the receipt answers from it and never POSTs; one that finds the claim
- * open (an attempt died or lost the answer after sending) re-sends only when the receiver dedupes by key, and
- * otherwise holds the delivery for an operator (`npm run deliveries`). 2xx is success; 408, 409 ("key in use"),
- * 429 and 5xx are retried (honouring Retry-After); any other 4xx fails without retry and quotes the answer.
+ * POSTs the publication as JSON with an `Idempotency-Key` header, signed when a secret is set (Standard Webhooks,
+ * the key as webhook-id), recording each delivery in the ledger first: claim, POST, receipt. A retry that finds
+ * the receipt answers from it and never POSTs; one that finds the claim open (an attempt died or lost the answer
+ * after sending) re-sends only when the receiver dedupes by key, and otherwise holds the delivery for an operator
+ * (`npm run deliveries`). 2xx is success; 408, 409 ("key in use"), 429 and 5xx are retried (honouring
+ * Retry-After); any other 4xx (401 for a missing or wrong signature) fails without retry and quotes the answer.
  */
 export class WebhookPublisher implements Publisher {
   readonly kind = 'webhook';
   private readonly what: string;
+  private readonly sign: ReturnType<typeof signer> | undefined;
 
   constructor(private readonly options: WebhookOptions) {
     // Only the origin: webhook URLs often carry a token in the path, and messages land in histories and logs.
     this.what = `publish webhook at ${new URL(options.url).origin}`;
+    this.sign = options.secret === undefined ? undefined : signer(options.secret);
   }
 
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
@@ -86,11 +92,13 @@ export class WebhookPublisher implements Publisher {
     signal: AbortSignal,
   ): Promise<Receipt> {
     const { ledger } = this.options;
-    const what = this.what;
+    const { what, sign } = this;
     let answer;
     try {
       answer = await postJson(this.options.url, publication, {
         headers: { 'idempotency-key': idempotencyKey },
+        // Signed at each attempt: a retry carries a fresh timestamp under the same id, so it is never too old.
+        ...(sign !== undefined ? { bodyHeaders: (body: string) => sign(idempotencyKey, body) } : {}),
         timeoutMs: this.options.timeoutMs,
         signal,
         what,
