@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { DEFAULT_PRICES, PriceTableSchema } from './model/pricing';
 import type { PriceTable } from './model/pricing';
 import { DEFAULT_TASK_QUEUE } from './contract';
+import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
 import type { TemporalSettings } from './temporal/settings';
 
@@ -92,13 +93,9 @@ const EnvSchema = z.object({
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
   PAYLOAD_ENCRYPTION_KEY: optionalText,
-  PAYLOAD_ENCRYPTION_KEY_ID: z
-    .string()
-    .trim()
-    .optional()
-    .transform((s) => (s === undefined || s === '' ? 'key-1' : s)),
+  PAYLOAD_ENCRYPTION_KEY_ID: optionalText,
   PAYLOAD_DECRYPTION_KEYS: optionalText,
-  PUBLISH_WEBHOOK_SECRET: optionalText,
+  PUBLISH_WEBHOOK_SECRET: optionalText.refine((s) => s === undefined || isValidSecret(s), SECRET_FORMAT),
   PUBLISH_TARGET_HOST: z
     .string()
     .trim()
@@ -191,12 +188,13 @@ export interface Config {
    */
   openDeliveryPolicy: 'auto' | 'resend' | 'hold';
   /**
-   * AES-GCM payload encryption settings; off while `key` is unset. `required`: workers refuse plaintext
-   * payloads. Secrets: never log this object.
+   * AES-GCM payload encryption settings; off while `key` is unset. `required`: workers and clients refuse
+   * plaintext payloads. Secrets: never log this object.
    */
   payloadEncryption: {
     key: string | undefined;
-    keyId: string;
+    /** The ID given in PAYLOAD_ENCRYPTION_KEY_ID; unset: the codec derives one from the key. */
+    keyId: string | undefined;
     retired: string | undefined;
     required: boolean;
   };

@@ -24,6 +24,8 @@ export const FailureType = {
   TransientPublishError: 'TransientPublishError',
   /** A webhook delivery whose earlier attempt may have landed, waiting for an operator's verdict. */
   DeliveryHeld: 'DeliveryHeld',
+  /** The payload codec refused a payload (plaintext where encryption is required, an unknown key). */
+  PayloadRefused: 'PayloadRefused',
   /** A model step met more provider errors in one run than MAX_PROVIDER_ERRORS allows. */
   ProviderErrorsExhausted: 'ProviderErrorsExhausted',
 } as const;

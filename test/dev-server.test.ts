@@ -71,6 +71,7 @@ async function workerProcess(env_: Record<string, string>): Promise<WorkerProces
     // This file's client reads plain payloads.
     PAYLOAD_ENCRYPTION_KEY: '',
     PAYLOAD_DECRYPTION_KEYS: '',
+    PAYLOAD_REQUIRE_ENCRYPTION: '',
     ...env_,
   });
   defer(async () => {

@@ -48,6 +48,7 @@ function temporalEnv(): Record<string, string> {
     TEMPORAL_ADDRESS: server.address,
     PAYLOAD_ENCRYPTION_KEY: ENCRYPTION_KEY,
     PAYLOAD_DECRYPTION_KEYS: '',
+    PAYLOAD_REQUIRE_ENCRYPTION: '',
   };
 }
 

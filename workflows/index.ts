@@ -2,6 +2,7 @@ import { defineQuery, patched, proxyActivities, setHandler } from '@temporalio/w
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import {
+  FailureType,
   initialProgress,
   parseOrFail,
   refuseOtherSchemaVersions,
@@ -28,7 +29,13 @@ export const progressQuery = defineQuery<PipelineProgress>('progress');
 const modelStepOptions: ActivityOptions = {
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '10 seconds',
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '2 minutes' },
+  retry: {
+    initialInterval: '2 seconds',
+    backoffCoefficient: 2,
+    maximumInterval: '2 minutes',
+    // A refused payload fails alike on every attempt; the SDK marks argument-decoding failures retryable.
+    nonRetryableErrorTypes: [FailureType.PayloadRefused],
+  },
 };
 
 /** Publish: the target (or the ledger in front of a webhook) dedupes by key, so retrying is safe. */
@@ -36,7 +43,13 @@ const publishOptions: ActivityOptions = {
   activityId: 'publish',
   startToCloseTimeout: '1 minute',
   heartbeatTimeout: '10 seconds',
-  retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '10 minutes' },
+  retry: {
+    initialInterval: '5 seconds',
+    backoffCoefficient: 2,
+    maximumInterval: '10 minutes',
+    // A refused payload fails alike on every attempt; the SDK marks argument-decoding failures retryable.
+    nonRetryableErrorTypes: [FailureType.PayloadRefused],
+  },
 };
 
 /**

@@ -94,6 +94,7 @@ async function run(): Promise<void> {
       PAYLOAD_ENCRYPTION_KEY: '',
       PAYLOAD_ENCRYPTION_KEY_ID: '',
       PAYLOAD_DECRYPTION_KEYS: '',
+      PAYLOAD_REQUIRE_ENCRYPTION: '',
       // The demo's local server, not a cluster from the shell's envconfig profile (no TLS, no API key).
       TEMPORAL_API_KEY: '',
       TEMPORAL_TLS: '',
