@@ -25,6 +25,11 @@ import { PublishInputSchema, workflowIdFor } from '../src/contract';
 import { collectDocuments, titleOf } from '../src/documents/files';
 import type { DocumentFile } from '../src/documents/files';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
+import { startReceiver } from '../src/publisher/receiver';
+import type { Publication, Receipt } from '../src/publisher/types';
+import { startLink } from '../src/cli/demo/link';
+import type { Link } from '../src/cli/demo/link';
 import { submitDocument } from '../src/runs/submit';
 import { openStores } from '../src/store/open';
 import type { Stores } from '../src/store/open';
@@ -114,9 +119,10 @@ interface Effect {
 }
 
 /**
- * The publish target, one route per host (`/<host>/publications`). With `dedupes`, a real publication store
- * behind it answers a known key with its first receipt and echoes the key; without, every POST is a new effect and
- * the key is ignored, as many real webhooks do. `afterEffect` runs after the effect and before the reply.
+ * The publish target. Each host posts through a link of its own (src/cli/demo/link.ts), so every delivery is
+ * traced to its host. With `dedupes`, the target is the real receiver (startReceiver) over a publication store
+ * that reports each write; without, a stand-in that takes every POST as a new effect and ignores the key, as
+ * many real webhooks do. `afterEffect` runs after an effect and before the reply.
  */
 async function startFleetReceiver(
   dedupes: boolean,
@@ -128,51 +134,69 @@ async function startFleetReceiver(
   afterEffect: ((effect: Effect) => void) | undefined;
   close(): Promise<void>;
 }> {
-  const store = dedupes ? new SqlitePublicationStore(path.join(dir, 'receiver.db')) : undefined;
   const state = {
     effects: [] as Effect[],
     posts: 0,
     afterEffect: undefined as ((effect: Effect) => void) | undefined,
   };
-  const server = http.createServer((req, res) => {
-    const handle = async (): Promise<void> => {
-      const host = /^\/([\w-]+)\/publications$/.exec(req.url ?? '')?.[1] ?? '?';
-      const key = String(req.headers['idempotency-key']);
-      const publication = PublishInputSchema.parse(JSON.parse((await readBody(req)).toString('utf8')));
-      state.posts += 1;
-      let revision: number;
-      let tookEffect: boolean;
-      if (store !== undefined) {
+  /** The host that last sent each key, as its link saw it pass. */
+  const senders = new Map<string, string>();
+  const took = (key: string, documentId: string, revision: number): void => {
+    const effect = { host: senders.get(key) ?? '?', key, documentId, revision };
+    debug(`receiver: ${key} from ${effect.host} took effect`);
+    state.effects.push(effect);
+    state.afterEffect?.(effect);
+  };
+  const closers: (() => Promise<void>)[] = [];
+  let targetUrl: string;
+  if (dedupes) {
+    const store = new SqlitePublicationStore(path.join(dir, 'receiver.db'));
+    const observed = Object.assign(Object.create(store) as PublicationStore, {
+      publish: async (publication: Publication, key: string): Promise<Receipt> => {
+        state.posts += 1;
         const receipt = await store.publish(publication, key);
-        revision = receipt.revision;
-        tookEffect = !receipt.duplicate && receipt.superseded !== true;
-      } else {
-        revision = state.effects.filter((e) => e.documentId === publication.documentId).length + 1;
-        tookEffect = true;
-      }
-      debug(`receiver: ${key} from ${host} ${tookEffect ? 'took effect' : 'answered from the store'}`);
-      if (tookEffect) {
-        const effect = { host, key, documentId: publication.documentId, revision };
-        state.effects.push(effect);
-        state.afterEffect?.(effect);
-      }
-      if (res.destroyed) return;
-      res.writeHead(201, {
-        'content-type': 'application/json',
-        ...(dedupes ? { 'idempotency-key': key } : {}),
-      });
-      res.end(JSON.stringify({ revision, ...(dedupes ? { idempotencyKey: key } : {}) }));
-    };
-    handle().catch((err: unknown) => {
-      if (!res.destroyed) res.writeHead(500).end(String(err));
+        if (!receipt.duplicate && receipt.superseded !== true)
+          took(key, receipt.documentId, receipt.revision);
+        return receipt;
+      },
     });
-  });
-  const origin = await listenOnLoopback(server, 'receiver');
+    const receiver = await startReceiver(observed);
+    closers.push(
+      () => receiver.close(),
+      () => store.close(),
+    );
+    targetUrl = receiver.url;
+  } else {
+    const server = http.createServer((req, res) => {
+      void readBody(req).then((body) => {
+        const publication = PublishInputSchema.parse(JSON.parse(body.toString('utf8')));
+        state.posts += 1;
+        const revision = state.effects.filter((e) => e.documentId === publication.documentId).length + 1;
+        took(String(req.headers['idempotency-key']), publication.documentId, revision);
+        if (!res.destroyed)
+          res.writeHead(201, { 'content-type': 'application/json' }).end(`{"revision":${revision}}`);
+      });
+    });
+    const origin = await listenOnLoopback(server, 'receiver');
+    closers.push(() => closeServer(server));
+    targetUrl = `${origin}/publications`;
+  }
+  const links = new Map<HostName, Link>();
+  for (const host of HOSTS) {
+    // The link asks `hold` about every request before it forwards it: the moment to note who sent the key.
+    const link = await startLink(targetUrl, {
+      hold: ({ key }) => {
+        if (key !== undefined) senders.set(key, host);
+        return false;
+      },
+    });
+    links.set(host, link);
+    closers.unshift(() => link.close());
+  }
   return Object.assign(state, {
-    urlFor: (host: HostName) => `${origin}/${host}/publications`,
+    urlFor: (host: HostName) => links.get(host)?.url ?? '',
     close: async () => {
-      await closeServer(server);
-      await store?.close();
+      for (const close of closers) await close();
     },
   });
 }
