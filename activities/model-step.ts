@@ -1,11 +1,10 @@
-import { randomUUID } from 'node:crypto';
-import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import { z } from 'zod';
+import { claimantName } from '../src/lib/claimant';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
 import type { AnswerMemo, MemoRequest, RejectedAnswer, StoredAnswer } from '../src/model/memo';
-import { estimateCost } from '../src/model/pricing';
+import { estimateCost, totalUsage } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
 import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
 import { FailureType, UsageSchema } from '../src/contract';
@@ -77,8 +76,10 @@ export async function runModelStep<T>(
   };
   const text = await deps.texts.read(textRef);
   const answer = await withHeartbeats((signal) =>
-    askOnce({ ...deps, step, request, valueSchema, owner: ownerName(info.attempt), signal }, (retryHint) =>
-      ask(text, { idempotencyKey: key, signal, ...(retryHint === undefined ? {} : { retryHint }) }),
+    askOnce(
+      { ...deps, step, request, valueSchema, owner: claimantName(`attempt-${info.attempt}`), signal },
+      (retryHint) =>
+        ask(text, { idempotencyKey: key, signal, ...(retryHint === undefined ? {} : { retryHint }) }),
     ),
   );
   return { ...answer, idempotencyKey: key };
@@ -180,18 +181,21 @@ export async function askOnce<T>(
           "answer changes shape, bump its model's promptVersion so old entries stop matching",
       });
     }
-    const rejectedUsage = sumUsage(rejected.map((r) => r.usage));
-    const costs = [stored, ...rejected].map((r) => estimateCost(prices, r.model, r.usage));
-    const estimatedCostUsd = costs.some((c) => c === null)
-      ? null
-      : costs.reduce<number>((sum, c) => sum + (c ?? 0), 0);
+    // Every answer this run paid for, kept or refused, with its price: their sum is the step's cost.
+    const priced = (a: StoredAnswer | RejectedAnswer) => ({
+      usage: a.usage,
+      estimatedCostUsd: estimateCost(prices, a.model, a.usage),
+    });
+    const refused = totalUsage(rejected.map(priced));
     return {
       value: value.data,
       usage: stored.usage,
       model: stored.model,
       memoised,
-      estimatedCostUsd,
-      ...(rejected.length > 0 ? { rejectedUsage } : {}),
+      estimatedCostUsd: totalUsage([stored, ...rejected].map(priced)).costUsd,
+      ...(rejected.length > 0
+        ? { rejectedUsage: { inputTokens: refused.inputTokens, outputTokens: refused.outputTokens } }
+        : {}),
     };
   }
 
@@ -225,19 +229,4 @@ export async function askOnce<T>(
     }
     return err;
   }
-}
-
-function sumUsage(usages: Usage[]): Usage {
-  return usages.reduce(
-    (sum, u) => ({
-      inputTokens: sum.inputTokens + u.inputTokens,
-      outputTokens: sum.outputTokens + u.outputTokens,
-    }),
-    { inputTokens: 0, outputTokens: 0 },
-  );
-}
-
-/** Names this attempt in the memo: which host and process holds a claim, for logs and for the operator. */
-function ownerName(attempt: number): string {
-  return `${os.hostname()}/${process.pid}/attempt-${attempt}/${randomUUID().slice(0, 8)}`;
 }

@@ -18,9 +18,9 @@ import {
   keyIdOf,
   keyringFromSettings,
   openAesGcm,
-  PAYLOAD_REFUSED,
 } from '../src/temporal/codec';
 import { ConfigError, loadConfig } from '../src/config';
+import { FailureType } from '../src/contract';
 import { createPipelineWorker } from '../src/temporal/worker';
 import { recoveryReport } from '../src/runs/history';
 import { withDecodedResults } from '../src/runs/decode-history';
@@ -84,7 +84,7 @@ function sealedTheOldWay(payload: Payload, id: string, base64Key: string, aad = 
 function refusal(message: RegExp): (err: unknown) => boolean {
   return (err) => {
     assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
-    assert.equal(err.type, PAYLOAD_REFUSED);
+    assert.equal(err.type, FailureType.PayloadRefused);
     assert.equal(err.nonRetryable, true);
     assert.match(err.message, message);
     return true;

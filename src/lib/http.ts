@@ -61,9 +61,16 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     throw ApplicationFailure.create({
       type: options.transientType,
       message: `${options.what}: ${reason}; will retry`,
-      details: [neverSent(err) ? 'not-sent' : 'may-have-arrived'],
+      details: [neverSent(err) ? NOT_SENT : 'may-have-arrived'],
     });
   }
+}
+
+const NOT_SENT = 'not-sent';
+
+/** True for a failure of postJson that provably sent nothing (a refused connection, an unknown host). */
+export function failedBeforeSending(err: unknown): err is ApplicationFailure {
+  return err instanceof ApplicationFailure && err.details?.[0] === NOT_SENT;
 }
 
 /** The classic split: 408, 429 and 5xx are worth retrying (after Retry-After when given), other 4xx are not. */

@@ -1,9 +1,14 @@
-import { randomUUID } from 'node:crypto';
-import os from 'node:os';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { excerpt, isRetryableStatus, postJson, transientStatusFailure } from '../lib/http';
+import {
+  excerpt,
+  failedBeforeSending,
+  isRetryableStatus,
+  postJson,
+  transientStatusFailure,
+} from '../lib/http';
 import { FailureType, workflowIdFor } from '../contract';
+import { claimantName } from '../lib/claimant';
 import type { DeliveryLedger } from './ledger';
 import { signer } from './signature';
 import type { Publication, Publisher, Receipt } from './types';
@@ -52,7 +57,7 @@ export class WebhookPublisher implements Publisher {
 
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
     const { ledger } = this.options;
-    const owner = `${os.hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
+    const owner = claimantName();
     const claim = await ledger.claim(
       {
         idempotencyKey,
@@ -106,7 +111,7 @@ export class WebhookPublisher implements Publisher {
       });
     } catch (err) {
       // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open.
-      if (err instanceof ApplicationFailure && err.details?.[0] === 'not-sent') {
+      if (failedBeforeSending(err)) {
         await ledger.unsent(idempotencyKey, err.message);
       }
       throw err;

@@ -15,8 +15,6 @@ export const KEY_ID_METADATA = 'encryption-key-id';
 export const FORMAT_METADATA = 'encryption-format';
 export const SEALED_FORMAT = 'aes256gcm-v2';
 /** The ApplicationFailure type of every payload the codec refuses to open. */
-/** The failure type of a refused payload. */
-export const PAYLOAD_REFUSED = FailureType.PayloadRefused;
 /**
  * The ID every key got before IDs were derived from the key. An unmarked payload under it, when no configured key
  * has that ID, opens with whichever configured key authenticates it, so runs sealed before the upgrade go on.
@@ -174,7 +172,7 @@ function metadataText(bytes: Uint8Array | null | undefined): string | undefined 
 }
 
 function refused(message: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: PAYLOAD_REFUSED, message, nonRetryable: true });
+  return ApplicationFailure.create({ type: FailureType.PayloadRefused, message, nonRetryable: true });
 }
 
 /** A fresh random 256-bit key, base64, for PAYLOAD_ENCRYPTION_KEY. */
