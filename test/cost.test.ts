@@ -29,6 +29,10 @@ describe('price table', () => {
       estimateCost(DEFAULT_PRICES, { provider: 'openai-compatible', model: 'gpt-4o-mini' }, usage),
       0.6,
     );
+    assert.equal(
+      estimateCost(DEFAULT_PRICES, { provider: 'anthropic', model: 'claude-haiku-4-5' }, usage),
+      4.5,
+    );
     assert.equal(estimateCost({}, { provider: 'offline', model: 'extractive-wink-nlp' }, usage), 0);
     assert.equal(estimateCost({}, { provider: 'openai-compatible', model: 'my-local-llm' }, usage), null);
     assert.equal(formatCost(null), 'n/a');

@@ -15,7 +15,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { z } from 'zod';
 import { createActivities } from '../activities';
-import type { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import type { DocumentModel } from '../src/model/types';
 import { FailureType } from '../src/contract';
 import type { SummarizeResult, TagResult } from '../src/contract';
 import {
@@ -115,7 +115,7 @@ async function until(condition: () => boolean, what: string, timeoutMs = 3_000):
 type Step = 'summarize' | 'tag';
 
 /** One attempt of one model step of a fresh run, in MockActivityEnvironment, against `model`. */
-async function stepAttempt(step: Step, model: OpenAICompatibleModel) {
+async function stepAttempt(step: Step, model: DocumentModel) {
   const local = await tempParts(defer, { model });
   const runId = randomUUID();
   const mock = new MockActivityEnvironment(
@@ -187,7 +187,7 @@ describe('model faults through the activities', () => {
       reply: { body: '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Checkp' },
       step: 'summarize',
       expect: applicationFailure(FailureType.ModelOutputInvalid, true, [
-        /not a chat completion/,
+        /client could not read/,
         /"content": "Checkp/,
       ]),
     },
@@ -196,7 +196,7 @@ describe('model faults through the activities', () => {
       reply: { body: '<html><body>502 Bad Gateway (nginx)</body></html>' },
       step: 'tag',
       expect: applicationFailure(FailureType.ModelOutputInvalid, true, [
-        /not a chat completion/,
+        /client could not read/,
         /502 Bad Gateway \(nginx\)/,
       ]),
     },
@@ -244,7 +244,7 @@ describe('model faults through the activities', () => {
         },
       },
       step: 'summarize',
-      expect: applicationFailure(FailureType.ModelOutputInvalid, true, [/cut off/, /finish_reason "length"/]),
+      expect: applicationFailure(FailureType.ModelOutputInvalid, true, [/cut off/, /finish reason "length"/]),
     },
   ];
   for (const { name, reply, step, expect } of statusCases) {
@@ -510,7 +510,7 @@ describe('model faults through real runs on the time-skipping server', () => {
     assert.equal(await local.store.countPublications(), 0);
   });
 
-  it('tags that keep failing the schema: each retry quotes the error and asks for JSON, and the 6th refusal fails the step for good', async () => {
+  it('tags that keep failing the schema: each retry quotes the error and caps the tokens, and the 6th refusal fails the step for good', async () => {
     const server = await modelServerFor(defer, (request) =>
       isTagRequest(request) ? { body: completion('{"tags": []}') } : normalAnswer(request),
     );
@@ -537,21 +537,19 @@ describe('model faults through real runs on the time-skipping server', () => {
       tagRequests.map((r) => r.idempotencyKey),
       Array(6).fill(`${runId}:tag`),
     );
-    // The first request is the plain one; every retry quotes the refusal, caps the tokens and asks for JSON.
-    const RetryBodySchema = z.object({
-      max_tokens: z.number().int().positive(),
-      response_format: z.object({ type: z.literal('json_object') }),
+    // Every request asks for the tags' JSON schema; every retry also quotes the refusal and caps the tokens.
+    const TagBodySchema = z.object({
+      max_tokens: z.number().int().positive().optional(),
+      response_format: z.object({ type: z.literal('json_schema') }),
       messages: z.array(z.object({ role: z.string(), content: z.string() })),
     });
-    assert.equal(
-      RetryBodySchema.safeParse(tagRequests[0]?.body).success,
-      false,
-      'the first request is the plain one',
-    );
-    for (const retry of tagRequests.slice(1)) {
-      const body = RetryBodySchema.parse(retry.body);
+    const [first, ...retries] = tagRequests.map((r) => TagBodySchema.parse(r.body));
+    assert.equal(first?.max_tokens, undefined, 'the first request is the plain one');
+    assert.doesNotMatch(first?.messages[0]?.content ?? '', /refused/);
+    for (const retry of retries) {
+      assert.ok(retry.max_tokens !== undefined, 'a retry did not cap the tokens');
       assert.match(
-        body.messages.at(-1)?.content ?? '',
+        retry.messages[0]?.content ?? '',
         /Your previous answer to this request was refused: model/,
       );
     }

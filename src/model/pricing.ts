@@ -10,19 +10,25 @@ export const ModelPriceSchema = z
   })
   .strict();
 
-/** Model name -> price. A configurable estimate, not a bill: check your provider's current prices. */
+/**
+ * Model name (as in MODEL, after the provider) -> price. A configurable estimate, not a bill: check your
+ * provider's current prices.
+ */
 export const PriceTableSchema = z.record(z.string().min(1), ModelPriceSchema);
 export type PriceTable = z.infer<typeof PriceTableSchema>;
 
 /**
  * Prices used when MODEL_PRICES does not say otherwise (US dollars per million tokens, list prices of
- * late 2025). Local models (Ollama, vLLM, LM Studio) are free to call: give them a 0 price in MODEL_PRICES.
+ * late 2025; Anthropic's input tokens include cache reads and writes, priced here as plain input). Local
+ * models (Ollama, vLLM, LM Studio) are free to call: give them a 0 price in MODEL_PRICES.
  */
 export const DEFAULT_PRICES: PriceTable = {
   'gpt-4o-mini': { inputPerMillion: 0.15, outputPerMillion: 0.6 },
   'gpt-4o': { inputPerMillion: 2.5, outputPerMillion: 10 },
   'gpt-4.1-mini': { inputPerMillion: 0.4, outputPerMillion: 1.6 },
   'gpt-4.1': { inputPerMillion: 2, outputPerMillion: 8 },
+  'claude-haiku-4-5': { inputPerMillion: 1, outputPerMillion: 5 },
+  'claude-sonnet-4-5': { inputPerMillion: 3, outputPerMillion: 15 },
 };
 
 /** Estimated cost in US dollars: 0 for the offline model, null when the table has no price for the model. */

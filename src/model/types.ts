@@ -17,7 +17,7 @@ export interface ModelAnswer<T> {
   usage: Usage;
 }
 
-/** The two model-backed operations of the pipeline. Implementations: offline (embedded) and OpenAI-compatible. */
+/** The two model-backed operations of the pipeline. Implementations: offline (embedded) and AiSdkModel (ai-sdk.ts). */
 export interface DocumentModel {
   readonly info: ModelInfo;
   /** Changes whenever the prompts or the answer's shape change, so memoised answers to old prompts stop matching. */

@@ -37,7 +37,7 @@ export type ChatReply =
 export type ChatScript = (request: ChatRequest, n: number) => ChatReply;
 
 export interface ModelServer {
-  /** For OPENAI_BASE_URL. */
+  /** For OPENAI_BASE_URL, with MODEL=openai-compatible:<model> (or OPENAI_MODEL). */
   baseUrl: string;
   /** Every request received, in order of arrival. */
   requests: ChatRequest[];
