@@ -1,6 +1,8 @@
 import type { Publisher } from '../src/publisher/types';
 import { parseOrFail, PublishInputSchema } from '../src/contract';
 import type { PublishInput, PublishResult } from '../src/contract';
+import { noMetrics } from '../src/telemetry/metrics';
+import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 
@@ -11,11 +13,18 @@ import { idempotencyKey } from './idempotency';
  * reset) has already published, the target answers `superseded` instead of writing: the step succeeds with that
  * receipt, since there is nothing left to retry.
  */
-export function createPublish(deps: { publisher: Publisher }) {
+export function createPublish(deps: { publisher: Publisher; metrics?: PipelineMetrics }) {
   return async function publish(input: PublishInput): Promise<PublishResult> {
     const publication = parseOrFail(PublishInputSchema, input, 'publish input');
     const key = idempotencyKey();
-    const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal));
+    const metrics = deps.metrics ?? noMetrics;
+    const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal)).catch(
+      (err: unknown) => {
+        metrics.publication('failed');
+        throw err;
+      },
+    );
+    metrics.publication(receipt.superseded ? 'superseded' : receipt.duplicate ? 'duplicate' : 'published');
     // The spread keeps `superseded` when the target reported it.
     return { ...receipt, idempotencyKey: key, target: deps.publisher.kind };
   };

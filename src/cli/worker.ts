@@ -1,12 +1,20 @@
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
-import { quietSdkLogs } from '../temporal/runtime';
+import { installRuntime } from '../temporal/runtime';
 import { servePipeline } from '../temporal/serve';
 
-/** `npm run worker`: a worker only, against TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE (default localhost:7233). */
+/**
+ * `npm run worker`: a worker only, against TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE (default localhost:7233), with
+ * its metrics page on METRICS_PORT and its traces to OTEL_EXPORTER_OTLP_ENDPOINT when they are set.
+ */
 async function run(): Promise<void> {
-  quietSdkLogs();
-  await servePipeline(loadConfig());
+  const config = loadConfig();
+  const telemetry = await installRuntime(config);
+  try {
+    await servePipeline(config);
+  } finally {
+    await telemetry.close();
+  }
 }
 
 runMain(run);

@@ -9,6 +9,7 @@ import {
 } from '../lib/http';
 import { FailureType, workflowIdFor } from '../contract';
 import { claimantName } from '../lib/claimant';
+import { inSpan } from '../telemetry/spans';
 import type { DeliveryLedger } from './ledger';
 import { signer } from './signature';
 import type { Publication, Publisher, Receipt } from './types';
@@ -99,15 +100,27 @@ export class WebhookPublisher implements Publisher {
     const { ledger } = this.options;
     const { what, sign } = this;
     let answer;
+    // The POST is a span in the document's trace: the key and the host, never the body or the URL's path.
+    const { hostname, port } = new URL(this.options.url);
+    const attributes = {
+      'pipeline.idempotency_key': idempotencyKey,
+      'http.request.method': 'POST',
+      'server.address': hostname,
+      ...(port === '' ? {} : { 'server.port': Number(port) }),
+    };
     try {
-      answer = await postJson(this.options.url, publication, {
-        headers: { 'idempotency-key': idempotencyKey },
-        // Signed at each attempt: a retry carries a fresh timestamp under the same id, so it is never too old.
-        ...(sign !== undefined ? { bodyHeaders: (body: string) => sign(idempotencyKey, body) } : {}),
-        timeoutMs: this.options.timeoutMs,
-        signal,
-        what,
-        transientType: FailureType.TransientPublishError,
+      answer = await inSpan('publish POST', attributes, async (span) => {
+        const response = await postJson(this.options.url, publication, {
+          headers: { 'idempotency-key': idempotencyKey },
+          // Signed at each attempt: a retry carries a fresh timestamp under the same id, so it is never too old.
+          ...(sign !== undefined ? { bodyHeaders: (body: string) => sign(idempotencyKey, body) } : {}),
+          timeoutMs: this.options.timeoutMs,
+          signal,
+          what,
+          transientType: FailureType.TransientPublishError,
+        });
+        span.setAttribute('http.response.status_code', response.status);
+        return response;
       });
     } catch (err) {
       // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open.

@@ -3,6 +3,7 @@ import { NativeConnection } from '@temporalio/worker';
 import type { DataConverter, Duration } from '@temporalio/common';
 import type { Config } from '../config';
 import type { TemporalSettings } from './settings';
+import { clientTracingInterceptors } from '../telemetry/tracing';
 import { dataConverterFor } from './codec';
 
 /** Where `npm run worker`, `pipeline` and `report` look when nothing names a server. */
@@ -46,7 +47,9 @@ export async function connectClient(
     ...(connectTimeout !== undefined ? { connectTimeout } : {}),
   });
   const dataConverter = dataConverterFor(config);
-  const client = new Client({ connection, namespace: endpoint.namespace, dataConverter });
+  // With tracing started in this process, starting a run opens the document's trace (src/telemetry/tracing.ts).
+  const interceptors = { workflow: clientTracingInterceptors() };
+  const client = new Client({ connection, namespace: endpoint.namespace, dataConverter, interceptors });
   return { client, endpoint, dataConverter, close: () => connection.close() };
 }
 

@@ -1,6 +1,92 @@
-import { DefaultLogger, Runtime } from '@temporalio/worker';
+import net from 'node:net';
+import { Runtime } from '@temporalio/worker';
+import { loadConfig } from '../config';
+import type { Config } from '../config';
+import { createLogger, SdkLogger, setLogger } from '../telemetry/log';
+import type { Logger } from '../telemetry/log';
+import { processMetrics, serveMetrics } from '../telemetry/metrics';
+import type { MetricsPage } from '../telemetry/metrics';
+import { startConfiguredTracing } from '../telemetry/tracing';
+import type { Tracing } from '../telemetry/tracing';
 
-/** Keeps the SDK's own logs to warnings and errors, so the pipeline's progress lines stay readable. */
+type TelemetryConfig = Pick<Config, 'logLevel' | 'metrics' | 'otlpEndpoint'>;
+
+export interface ProcessTelemetry {
+  logger: Logger;
+  /** Started when OTEL_EXPORTER_OTLP_ENDPOINT is set. */
+  tracing: Tracing | undefined;
+  /** Served when METRICS_PORT is set. */
+  metricsPage: MetricsPage | undefined;
+  /** Exports the spans still buffered and stops serving metrics. */
+  close(): Promise<void>;
+}
+
+/**
+ * Sets up this process's telemetry, once, before anything talks to Temporal: the logger (LOG_LEVEL; JSON unless on
+ * a terminal) for the pipeline and for the Temporal SDK, whose native core forwards its lines to it instead of
+ * printing them with colour codes; tracing when an OTLP endpoint is configured; and with METRICS_PORT, the metrics
+ * page (the core's Prometheus exporter listens on a loopback port of its own, which the page relays).
+ */
+export async function installRuntime(config: TelemetryConfig): Promise<ProcessTelemetry> {
+  const runtimeMetricsAddress =
+    config.metrics === undefined ? undefined : `127.0.0.1:${await freeLoopbackPort()}`;
+  const logger = installSdkRuntime(config, runtimeMetricsAddress);
+  const tracing = startConfiguredTracing(config);
+  const metricsPage =
+    config.metrics === undefined
+      ? undefined
+      : await serveMetrics(config.metrics, {
+          registry: processMetrics().registry,
+          runtimeMetricsUrl: `http://${runtimeMetricsAddress}/metrics`,
+        });
+  if (metricsPage !== undefined) logger.info({ url: metricsPage.url }, `Metrics on ${metricsPage.url}`);
+  return {
+    logger,
+    tracing,
+    metricsPage,
+    close: async () => {
+      await metricsPage?.close();
+      await tracing?.shutdown();
+    },
+  };
+}
+
+/**
+ * The synchronous part of installRuntime for entry points without a metrics page (npm start, the crash tests'
+ * worker processes): the logger at the configured level and tracing when configured.
+ */
 export function quietSdkLogs(): void {
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  const config = loadConfig();
+  installSdkRuntime(config, undefined);
+  startConfiguredTracing(config);
+}
+
+function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: string | undefined): Logger {
+  const logger = createLogger({ level: config.logLevel });
+  setLogger(logger);
+  const verbose = config.logLevel === 'debug' || config.logLevel === 'trace';
+  Runtime.install({
+    logger: new SdkLogger(logger),
+    telemetryOptions: {
+      // Core's INFO lines are per poll and per connection: useful when debugging, noise otherwise.
+      logging: { filter: { core: verbose ? 'INFO' : 'WARN', other: 'ERROR' }, forward: {} },
+      ...(runtimeMetricsAddress === undefined
+        ? {}
+        : { metrics: { prometheus: { bindAddress: runtimeMetricsAddress } } }),
+    },
+  });
+  return logger;
+}
+
+/** A loopback port the OS just handed out (for the core's exporter, which binds it right after). */
+async function freeLoopbackPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('no TCP port for the runtime metrics');
+  return address.port;
 }

@@ -1,0 +1,159 @@
+/**
+ * The pipeline's own Prometheus metrics (tokens and cost, memo hits, reruns, publications), and the page a worker
+ * serves them on together with the Temporal runtime's (which the SDK's native core exposes on a loopback port of
+ * its own: the page here fetches and appends them, so Prometheus scrapes one target per worker).
+ */
+import http from 'node:http';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import type { ModelInfo, StepName, Usage } from '../contract';
+import { closeServer } from '../lib/loopback';
+
+/** What became of one publish attempt. */
+export type PublicationOutcome = 'published' | 'duplicate' | 'superseded' | 'failed';
+
+/** The hooks the activities call; every one is cheap and never throws. */
+export interface PipelineMetrics {
+  /** Answers this attempt paid for (the kept one and the run's refused ones it reports): tokens and estimated cost. */
+  modelPaid(step: StepName, model: ModelInfo, usage: Usage, costUsd: number | null): void;
+  /** A model step answered from the memo: nothing paid. */
+  memoHit(step: StepName): void;
+  /** An attempt after the first: an earlier one crashed, stalled, timed out or failed. */
+  stepRerun(step: string): void;
+  /** A failed attempt, and whether Temporal will retry it. */
+  stepFailed(step: string, retried: boolean): void;
+  publication(outcome: PublicationOutcome): void;
+}
+
+/** Metrics that go nowhere: the default of the activities' dependencies. */
+export const noMetrics: PipelineMetrics = {
+  modelPaid: () => {},
+  memoHit: () => {},
+  stepRerun: () => {},
+  stepFailed: () => {},
+  publication: () => {},
+};
+
+/** The names this module registers, for the dashboard's and the tests' checks. */
+export const PIPELINE_METRIC_NAMES = [
+  'pipeline_model_tokens_total',
+  'pipeline_model_cost_usd_total',
+  'pipeline_memo_hits_total',
+  'pipeline_step_reruns_total',
+  'pipeline_step_failures_total',
+  'pipeline_publications_total',
+] as const;
+
+/** The pipeline's counters, registered on `registry`. */
+export function pipelineMetrics(registry: Registry): PipelineMetrics {
+  const [tokens, cost, memoHits, reruns, failures, publications] = [
+    new Counter({
+      name: 'pipeline_model_tokens_total',
+      help: 'Model tokens paid for, by step, provider, model and type (input or output); memo hits add none',
+      labelNames: ['step', 'provider', 'model', 'type'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_model_cost_usd_total',
+      help: 'Estimated model cost in US dollars, by step, provider and model (models without a price add none)',
+      labelNames: ['step', 'provider', 'model'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_memo_hits_total',
+      help: 'Model steps answered from the memo of paid answers instead of a new call',
+      labelNames: ['step'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_step_reruns_total',
+      help: 'Step attempts after the first: an earlier attempt crashed, stalled, timed out or failed',
+      labelNames: ['step'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_step_failures_total',
+      help: 'Step attempts that failed on this worker, and whether Temporal retries them',
+      labelNames: ['step', 'retried'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_publications_total',
+      help: 'Publish attempts by outcome: published, duplicate (the key was known), superseded, failed',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+  ];
+  return {
+    modelPaid(step, model, usage, costUsd) {
+      const labels = { step, provider: model.provider, model: model.model };
+      tokens.inc({ ...labels, type: 'input' }, usage.inputTokens);
+      tokens.inc({ ...labels, type: 'output' }, usage.outputTokens);
+      if (costUsd !== null) cost.inc(labels, costUsd);
+    },
+    memoHit: (step) => memoHits.inc({ step }),
+    stepRerun: (step) => reruns.inc({ step }),
+    stepFailed: (step, retried) => failures.inc({ step, retried: String(retried) }),
+    publication: (outcome) => publications.inc({ outcome }),
+  };
+}
+
+let processWide: { registry: Registry; metrics: PipelineMetrics } | undefined;
+
+/** This process's registry and pipeline counters, made on first use; the worker's metrics page serves them. */
+export function processMetrics(): { registry: Registry; metrics: PipelineMetrics } {
+  if (processWide === undefined) {
+    const registry = new Registry();
+    processWide = { registry, metrics: pipelineMetrics(registry) };
+  }
+  return processWide;
+}
+
+export interface MetricsPage {
+  /** `http://host:port/metrics`. */
+  url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves `/metrics` on `host:port`: the Temporal runtime's metrics (fetched from `runtimeMetricsUrl`, the native
+ * core's Prometheus endpoint) followed by `registry`'s, with the Node process's own (CPU, memory, event loop).
+ */
+export async function serveMetrics(
+  { host, port }: { host: string; port: number },
+  { registry, runtimeMetricsUrl }: { registry: Registry; runtimeMetricsUrl: string | undefined },
+): Promise<MetricsPage> {
+  collectDefaultMetrics({ register: registry });
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' || new URL(req.url ?? '/', 'http://x').pathname !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('Not found: metrics are on /metrics\n');
+      return;
+    }
+    void page().then(
+      (body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body),
+      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`${String(err)}\n`),
+    );
+  });
+  async function page(): Promise<string> {
+    const runtime = runtimeMetricsUrl === undefined ? '' : await runtimeMetrics(runtimeMetricsUrl);
+    return `${runtime}${await registry.metrics()}`;
+  }
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, resolve);
+  });
+  const address = server.address();
+  const bound = address !== null && typeof address === 'object' ? address.port : port;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  return { url: `http://${shown}:${bound}/metrics`, close: () => closeServer(server) };
+}
+
+/** The native core's page; a comment instead when it does not answer, so the pipeline's part is still served. */
+async function runtimeMetrics(url: string): Promise<string> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+    const text = await res.text();
+    return text.endsWith('\n') || text === '' ? text : `${text}\n`;
+  } catch (err) {
+    return `# The Temporal runtime's metrics did not answer at ${url}: ${String(err)}\n`;
+  }
+}
