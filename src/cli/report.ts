@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/common';
 import { loadConfig } from '../config';
 import { configuredEndpoint, connectClient } from '../temporal/connection';
@@ -30,10 +31,15 @@ async function run(): Promise<void> {
   try {
     connected = await connectClient(config, { connectTimeout: '5 seconds' });
   } catch (err) {
-    console.error(
-      `Cannot reach a Temporal server at ${address} (${err instanceof Error ? err.message : String(err)}). ` +
-        'Start one (npm start, or temporal server start-dev) or set TEMPORAL_ADDRESS.',
-    );
+    const why = err instanceof Error ? err.message : String(err);
+    // npm start's embedded server stops with its run; npm run server serves the same database until Ctrl-C.
+    const advice =
+      config.temporal.address === undefined
+        ? `The runs npm start recorded are in ${path.relative(process.cwd(), config.paths.temporal) || config.paths.temporal}: ` +
+          'start `npm run server` (it serves them until Ctrl-C) and run this again.'
+        : 'Is the server TEMPORAL_ADDRESS names up? Unset TEMPORAL_ADDRESS to read the runs npm start recorded ' +
+          '(with `npm run server` running).';
+    console.error(`Cannot reach a Temporal server at ${address} (${why}). ${advice}`);
     process.exitCode = 1;
     return;
   }

@@ -21,8 +21,13 @@ export interface StepReport {
   completedAt: number | undefined;
   /** Wall time between scheduling and the final attempt's start: failed attempts, timeouts and backoff. */
   timeLostMs: number;
-  /** True when the step's completion is recorded before `since`: a resumed run skipped it. */
+  /** True when the step's completion is recorded before `since` in a run still open then: a resumed run skipped it. */
   skippedOnResume: boolean;
+  /**
+   * True when the whole run had ended before `since`: a finished document submitted again, whose results are read
+   * back; nothing resumed and nothing ran.
+   */
+  doneEarlier: boolean;
   /** True when the result says the model answer came from the durable memo (paid for once, reused). */
   memoised: boolean;
   /** Model steps: tokens in/out from the provider's usage fields, as recorded in the step's result. */
@@ -47,10 +52,14 @@ const ResultFlagsSchema = z.object({
 
 /**
  * Reads what happened to each step from the run's event history, the one source of truth; no second bookkeeping
- * store. `since` marks the start of the current session: steps completed before it were skipped on resume.
+ * store. `since` marks the start of the current session: steps completed before it were skipped on resume, or,
+ * when the whole run had ended before it, done earlier.
  */
 export function recoveryReport(history: History, since = 0, knownRunId?: string): RecoveryReport {
   const events = history.events ?? [];
+  const outcome = runOutcome(events);
+  const endedEarlier =
+    outcome.status !== 'running' && outcome.closedAt !== undefined && outcome.closedAt < since;
   const started = events[0]?.workflowExecutionStartedEventAttributes;
   // A reset run keeps the original run's ID in its started event: prefer the run ID the caller knows.
   const runId = knownRunId ?? started?.originalExecutionRunId ?? undefined;
@@ -93,7 +102,9 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
       if (!report) continue;
       report.status = 'completed';
       report.completedAt = time;
-      report.skippedOnResume = time !== undefined && time < since;
+      const before = time !== undefined && time < since;
+      report.doneEarlier = before && endedEarlier;
+      report.skippedOnResume = before && !endedEarlier;
       const payload = completed.result?.payloads?.[0];
       const flags = ResultFlagsSchema.safeParse(payload ? safeDecode(payload) : undefined);
       if (flags.success) {
@@ -122,6 +133,27 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
   return { runId, steps, workers: [...workers] };
 }
 
+/**
+ * The wall time the given steps lost to failed attempts, timeouts and backoff: the union of their lost intervals
+ * (scheduled until the recorded attempt started), so steps that waited side by side, like summarize and tag after
+ * one crash, count once.
+ */
+export function lostWallTimeMs(steps: readonly StepReport[]): number {
+  const intervals = steps
+    .flatMap((s) =>
+      s.scheduledAt !== undefined && s.timeLostMs > 0 ? [[s.scheduledAt, s.scheduledAt + s.timeLostMs]] : [],
+    )
+    .sort((a, b) => (a[0] ?? 0) - (b[0] ?? 0));
+  let total = 0;
+  let end = -Infinity;
+  for (const [from = 0, to = 0] of intervals) {
+    if (to <= end) continue;
+    total += to - Math.max(from, end);
+    end = to;
+  }
+  return total;
+}
+
 function notStarted(step: StepName): StepReport {
   return {
     step,
@@ -134,6 +166,7 @@ function notStarted(step: StepName): StepReport {
     completedAt: undefined,
     timeLostMs: 0,
     skippedOnResume: false,
+    doneEarlier: false,
     memoised: false,
     usage: undefined,
     estimatedCostUsd: undefined,
@@ -295,6 +328,7 @@ export function markSkippedOnResume(report: RecoveryReport, details: RunDetails)
     const done = step.status === 'completed' ? step.completedAt : undefined;
     const skipped =
       done !== undefined &&
+      !step.doneEarlier &&
       details.takeovers.some((t) => t.at !== undefined && t.at > done && t.to !== step.worker);
     return { ...step, skippedOnResume: skipped };
   });

@@ -1,3 +1,4 @@
+import { lostWallTimeMs } from './history';
 import type { PendingStep, RecoveryReport, StepReport } from './history';
 
 /**
@@ -9,6 +10,8 @@ export type StepOutcome =
   | 'running'
   | 'failed'
   | 'timed out'
+  /** Its run had ended before this session: a finished document submitted again, its result read back. */
+  | 'done earlier'
   /** Completed before this session (or before a takeover) and replayed from the history, not run again. */
   | 'skipped on resume'
   /** Completed by an attempt that read back the answer an earlier attempt paid for. */
@@ -20,6 +23,7 @@ export type StepOutcome =
 /** Classifies a step from its report. */
 export function classifyStep(step: StepReport): StepOutcome {
   if (step.status !== 'completed') return step.status;
+  if (step.doneEarlier) return 'done earlier';
   if (step.skippedOnResume) return 'skipped on resume';
   if (step.memoised) return 'memoised';
   if (step.attempts > 1) return 'rerun';
@@ -30,6 +34,8 @@ export function classifyStep(step: StepReport): StepOutcome {
 export function describeStep(step: StepReport): string {
   const outcome = classifyStep(step);
   switch (outcome) {
+    case 'done earlier':
+      return 'already done earlier';
     case 'skipped on resume':
       return 'done earlier, skipped on resume';
     case 'memoised':
@@ -56,6 +62,8 @@ export function stepRecovery(step: StepReport, pending?: PendingStep): string {
     case 'failed':
     case 'timed out':
       return `${outcome} after ${step.attempts} attempt(s)`;
+    case 'done earlier':
+      return 'already done earlier: the run had ended before this session; nothing ran again';
     case 'skipped on resume':
       return 'done before a worker crash or restart; the next worker skipped it on resume (replayed from history)';
     case 'memoised':
@@ -67,7 +75,7 @@ export function stepRecovery(step: StepReport, pending?: PendingStep): string {
   }
 }
 
-/** Steps counted by outcome, and the time the reruns lost. */
+/** Steps counted by outcome, and the wall time the reruns lost (overlapping waits counted once). */
 export function countOutcomes(reports: readonly RecoveryReport[]): {
   counts: Record<StepOutcome, number>;
   lostMs: number;
@@ -77,25 +85,30 @@ export function countOutcomes(reports: readonly RecoveryReport[]): {
     running: 0,
     failed: 0,
     'timed out': 0,
+    'done earlier': 0,
     'skipped on resume': 0,
     memoised: 0,
     rerun: 0,
     once: 0,
   };
-  let lostMs = 0;
+  const retried: StepReport[] = [];
   for (const step of reports.flatMap((r) => r.steps)) {
     const outcome = classifyStep(step);
     counts[outcome] += 1;
-    if (outcome === 'rerun' || outcome === 'memoised') lostMs += step.timeLostMs;
+    if (outcome === 'rerun' || outcome === 'memoised') retried.push(step);
   }
-  return { counts, lostMs };
+  return { counts, lostMs: lostWallTimeMs(retried) };
 }
 
 /** The one-line recovery summary: how many steps were skipped, rerun, or reused from the memo. */
 export function summarizeReports(reports: readonly RecoveryReport[]): string {
   const { counts, lostMs } = countOutcomes(reports);
+  const earlier = counts['done earlier'];
+  const finished =
+    earlier > 0 ? `${earlier} step(s) already done earlier (finished runs, not run again), ` : '';
   return (
-    `Recovery: ${counts['skipped on resume']} step(s) skipped on resume, ${counts.rerun} rerun after a failure ` +
-    `(${(lostMs / 1000).toFixed(1)} s lost), ${counts.memoised} model answer(s) reused from the memo.`
+    `Recovery: ${finished}${counts['skipped on resume']} step(s) skipped on resume, ${counts.rerun} rerun after a ` +
+    `failure (${(lostMs / 1000).toFixed(1)} s of wall time lost), ${counts.memoised} model answer(s) reused from ` +
+    'the memo.'
   );
 }

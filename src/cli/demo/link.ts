@@ -19,6 +19,8 @@ export interface LinkOptions {
   replyDelayMs?: number;
   /** True to hold the request: never forwarded, never answered, until `release()` delivers it late. */
   hold?: (request: LinkRequest) => boolean;
+  /** True to forward the request (the target commits it) but never send the answer back: a reply lost in a crash. */
+  holdReply?: (request: LinkRequest) => boolean;
 }
 
 export interface Link {
@@ -53,7 +55,7 @@ export async function relay(
 /** Starts a link to `targetUrl` on a free loopback port. */
 export async function startLink(
   targetUrl: string,
-  { replyDelayMs = 0, hold = () => false }: LinkOptions = {},
+  { replyDelayMs = 0, hold = () => false, holdReply = () => false }: LinkOptions = {},
 ): Promise<Link> {
   const passed: LinkRequest[] = [];
   const held: LinkRequest[] = [];
@@ -69,6 +71,7 @@ export async function startLink(
       }
       passed.push(request);
       const answer = await forward(request);
+      if (holdReply(request)) return;
       await sleep(replyDelayMs);
       if (res.destroyed) return;
       // The target's echo of the key passes through: it tells the sender that the target dedupes.

@@ -1,0 +1,230 @@
+/**
+ * The embedded dev server's lifecycle as a person meets it: `npm run server` serves the data folder in the
+ * foreground until Ctrl-C and `npm start` uses it without stopping it; Ctrl-C in `npm start` stops worker and server
+ * quickly and quietly; no exit path leaves a server behind (a configuration error found after the server started,
+ * a closed stdout); and a server answering with no pid file is named with the command that stops it.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { loadConfig } from '../src/config';
+import { ConfigError } from '../src/config';
+import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { answers, connectOrStartTemporal, recordedProcess, webUiLine } from '../src/temporal/dev-server';
+import { cleanupAfterAll, freePort, scratchDir } from './helpers';
+
+const ROOT = path.resolve(__dirname, '..');
+const defer = cleanupAfterAll();
+
+interface Run {
+  child: ChildProcess;
+  output: () => string;
+  exited: Promise<{ code: number | null; at: number }>;
+}
+
+/** An entry point in its own process group, as a shell runs a foreground job: Ctrl-C is a SIGINT to the group. */
+function startCli(script: string, env: Record<string, string>, args: string[] = []): Run {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, script), ...args], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let output = '';
+  child.stdout?.on('data', (c: Buffer) => (output += c.toString('utf8')));
+  child.stderr?.on('data', (c: Buffer) => (output += c.toString('utf8')));
+  const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
+    child.once('exit', (code) => resolve({ code, at: Date.now() })),
+  );
+  defer(() => {
+    if (child.pid !== undefined && child.exitCode === null && child.signalCode === null)
+      process.kill(-child.pid, 'SIGKILL');
+  });
+  return { child, output: () => output, exited };
+}
+
+async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  run?: Run,
+  ms = 60_000,
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${run?.output() ?? ''}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** IDs of the live processes whose command line names `dbFile`: the dev servers of that data folder. */
+function serversOf(dbFile: string): number[] {
+  return fs.readdirSync('/proc').flatMap((entry) => {
+    if (!/^\d+$/.test(entry)) return [];
+    try {
+      const command = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const zombie = stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+      return !zombie && command.includes('start-dev') && command.includes(dbFile) ? [Number(entry)] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** The process group of `pid` (field 5 of /proc/<pid>/stat). */
+function processGroup(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+}
+
+async function folder(prefix: string): Promise<Record<string, string>> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '',
+    TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH ?? '',
+    DATA_DIR: scratchDir(defer, prefix),
+    EMBEDDED_TEMPORAL_PORT: String(await freePort()),
+    TEMPORAL_UI_PORT: String(await freePort()),
+  };
+}
+
+describe('the embedded server', { skip: process.platform !== 'linux' && 'reads /proc' }, () => {
+  it('npm run server serves the data folder until Ctrl-C, in its own process group; npm start uses it and leaves it up', async () => {
+    const env = await folder('server-');
+    const config = loadConfig(env, ROOT);
+    const server = startCli('src/cli/server.ts', env);
+    await waitFor('the server', () => /Ctrl-C stops it/.test(server.output()), server);
+    assert.match(
+      server.output(),
+      new RegExp(`Web UI: http://localhost:${env.TEMPORAL_UI_PORT}/namespaces/default/workflows`),
+    );
+    assert.ok(await answers('127.0.0.1', config.uiPort), 'the Web UI does not answer');
+    const [pid] = serversOf(config.paths.temporal);
+    assert.ok(pid !== undefined, 'no server process on the data folder');
+    assert.notEqual(
+      processGroup(pid),
+      processGroup(server.child.pid ?? 0),
+      'the server shares the group of its parent',
+    );
+
+    const logged: string[] = [];
+    const target = await connectOrStartTemporal(config, { log: (line) => logged.push(line) });
+    assert.equal(target.origin, 'already running');
+    await target.close();
+    assert.ok(
+      await answers('127.0.0.1', config.embeddedPort),
+      'npm start stopped the server of npm run server',
+    );
+    assert.deepEqual(logged, []);
+    const link = `Web UI: http://localhost:${config.uiPort}/namespaces/default/workflows`;
+    assert.equal(await webUiLine(target, config), link);
+
+    const signalled = Date.now();
+    process.kill(-(server.child.pid ?? 0), 'SIGINT');
+    const { code, at } = await server.exited;
+    assert.equal(code, 0, server.output());
+    assert.ok(at - signalled < 5_000, `Ctrl-C took ${at - signalled} ms`);
+    assert.match(server.output(), /^Stopped\. The histories stay in /m);
+    assert.deepEqual(serversOf(config.paths.temporal), []);
+    assert.equal(fs.existsSync(config.paths.temporalPid), false);
+    assert.match((await webUiLine(target, config)) ?? '', /^Web UI: none now.*npm run server/);
+  });
+
+  it('npm run report, with no server up, advises npm run server, which serves what npm start recorded', async (t) => {
+    if (await answers('127.0.0.1', 7233)) return t.skip('a server answers on localhost:7233');
+    const env = await folder('report-');
+    const run = startCli('src/cli/report.ts', { ...env, TEMPORAL_ADDRESS: '' }, ['document-x']);
+    const { code } = await run.exited;
+    assert.equal(code, 1, run.output());
+    assert.match(run.output(), /Cannot reach a Temporal server at localhost:7233 .*start `npm run server`/s);
+  });
+
+  it('Ctrl-C in npm start stops the worker, then the server, quickly and without warnings', async () => {
+    const env = { ...(await folder('ctrl-c-')), OFFLINE_MODEL_LATENCY_MS: '2000' };
+    const config = loadConfig(env, ROOT);
+    const run = startCli('src/cli/start.ts', env);
+    await waitFor('the worker', () => /^Worker /m.test(run.output()), run);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const [pid] = serversOf(config.paths.temporal);
+    assert.ok(pid !== undefined, 'no embedded server');
+    assert.notEqual(processGroup(pid), processGroup(run.child.pid ?? 0), 'Ctrl-C would reach the server too');
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const before = run.output().length;
+    const signalled = Date.now();
+    process.kill(-(run.child.pid ?? 0), 'SIGINT');
+    const { code, at } = await run.exited;
+    const after = run.output().slice(before);
+    assert.equal(code, 130, run.output());
+    assert.ok(at - signalled < 6_000, `Ctrl-C took ${at - signalled} ms:\n${after}`);
+    assert.match(after, /Stopping once the steps under way finish .* Finished steps are recorded in /);
+    assert.doesNotMatch(after, /WARN|TransportError|grpc|Error:/i, after);
+    assert.deepEqual(serversOf(config.paths.temporal), [], 'the embedded server is still running');
+  });
+
+  it('stops the server it started when a configuration error is found after the start', async () => {
+    const env = { ...(await folder('bad-key-')), PAYLOAD_ENCRYPTION_KEY: 'not-a-key' };
+    const config = loadConfig({ ...env, PAYLOAD_ENCRYPTION_KEY: '' }, ROOT);
+    const run = startCli('src/cli/start.ts', env);
+    const { code } = await run.exited;
+    assert.equal(code, 1, run.output());
+    assert.match(run.output(), /Configuration error: .*PAYLOAD_ENCRYPTION_KEY/);
+    assert.match(run.output(), /\(embedded\)/, 'the error was found before the server started: test nothing');
+    await waitFor('the server to stop', () => serversOf(config.paths.temporal).length === 0, run, 10_000);
+    assert.equal(await answers('127.0.0.1', config.embeddedPort), false);
+  });
+
+  it('stops the server it started when its output is closed (npm start | head)', async () => {
+    const env = await folder('epipe-');
+    const config = loadConfig(env, ROOT);
+    const run = startCli('src/cli/start.ts', env);
+    await waitFor('the first line', () => /\(embedded\)/.test(run.output()), run);
+    run.child.stdout?.destroy();
+    const { code } = await run.exited;
+    assert.equal(code, 0, run.output());
+    assert.doesNotMatch(run.output(), /EPIPE/);
+    await waitFor('the server to stop', () => serversOf(config.paths.temporal).length === 0, run, 10_000);
+  });
+
+  it('names a server that answers without a pid file, with the command that stops it; refuses one whose database is gone', async () => {
+    const env = await folder('orphan-');
+    const config = loadConfig(env, ROOT);
+    const cli = await ensureTemporalExecutable('cli', config);
+    const orphan = spawn(
+      cli,
+      [
+        'server',
+        'start-dev',
+        '--ip',
+        '127.0.0.1',
+        '--port',
+        env.EMBEDDED_TEMPORAL_PORT ?? '',
+        '--headless',
+      ].concat(['--db-filename', config.paths.temporal]),
+      { stdio: 'ignore', detached: true },
+    );
+    defer(() => {
+      orphan.kill('SIGKILL');
+    });
+    await waitFor('the orphan', () => answers('127.0.0.1', config.embeddedPort));
+    assert.equal(recordedProcess(config.paths.temporalPid), undefined);
+
+    const logged: string[] = [];
+    const target = await connectOrStartTemporal(config, { log: (line) => logged.push(line) });
+    await target.close();
+    assert.equal(target.origin, 'already running');
+    assert.equal(logged.length, 1, logged.join('\n'));
+    assert.ok(logged[0]?.includes(`127.0.0.1:${config.embeddedPort}`), logged[0]);
+    assert.ok(logged[0]?.includes(`kill ${orphan.pid}`), logged[0]);
+
+    fs.rmSync(config.paths.temporal);
+    await assert.rejects(connectOrStartTemporal(config, { log: () => {} }), (err) => {
+      assert.ok(err instanceof ConfigError, String(err));
+      assert.match(err.message, new RegExp(`kill ${orphan.pid}`));
+      assert.match(err.message, /database .* is gone/);
+      return true;
+    });
+  });
+});
