@@ -1,34 +1,24 @@
 /**
  * The contract of the workflow and its steps: each step's input and result schemas (one section per step), the
- * list of steps, the workflow's input and result, and the validation that turns bad input into a clear,
- * non-retryable failure. Workflows, activities and clients all read it. Workflow-safe: no Node builtins, no I/O;
- * it is bundled into the workflow sandbox.
+ * workflow's input and result, and the validation that turns bad input into a clear, non-retryable failure; with
+ * the names and constants of src/steps.ts, re-exported here. Activities and clients read it; the workflow reads
+ * only src/steps.ts on its usual path (the worker checks its input, see checkPipelineInput) and this module only to
+ * replay runs started before that. Workflow-safe: no Node builtins, no I/O.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
+import {
+  DOCUMENT_ID,
+  FailureType,
+  INPUT_SCHEMA_VERSION,
+  OPTION_LIMITS,
+  STEP_STATES,
+  TEXT_REF,
+  TITLE_LENGTH,
+} from './steps';
+import type { CompletePipelineInput, OptionName } from './steps';
 
-export const DEFAULT_TASK_QUEUE = 'document-pipeline';
-
-/** Bumped whenever PipelineInput changes shape; older inputs are refused with a message, never guessed at. */
-export const INPUT_SCHEMA_VERSION = 1;
-
-/** Failure types that retrying cannot fix; each comes with a message telling the user what to change. */
-export const FailureType = {
-  InvalidInput: 'InvalidInput',
-  InvalidDocument: 'InvalidDocument',
-  UnsupportedSchemaVersion: 'UnsupportedSchemaVersion',
-  ModelRejected: 'ModelRejected',
-  ModelOutputInvalid: 'ModelOutputInvalid',
-  PublishRejected: 'PublishRejected',
-  TransientModelError: 'TransientModelError',
-  TransientPublishError: 'TransientPublishError',
-  /** A webhook delivery whose earlier attempt may have landed, waiting for an operator's verdict. */
-  DeliveryHeld: 'DeliveryHeld',
-  /** The payload codec refused a payload (plaintext where encryption is required, an unknown key). */
-  PayloadRefused: 'PayloadRefused',
-  /** A model step met more provider errors in one run than MAX_PROVIDER_ERRORS allows. */
-  ProviderErrorsExhausted: 'ProviderErrorsExhausted',
-} as const;
+export * from './steps';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Building blocks every step uses
@@ -37,13 +27,13 @@ export const FailureType = {
 export const DocumentIdSchema = z
   .string()
   .regex(
-    /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/,
+    DOCUMENT_ID,
     'must be 1-128 characters of letters, digits, ".", "_", ":" or "-", starting with a letter or digit',
   );
 
 export const TextRefSchema = z
   .string()
-  .regex(/^sha256:[0-9a-f]{64}$/, 'must be a blob reference of the form "sha256:<64 hex digits>"');
+  .regex(TEXT_REF, 'must be a blob reference of the form "sha256:<64 hex digits>"');
 
 export const UsageSchema = z.object({
   inputTokens: z.number().int().min(0),
@@ -52,7 +42,8 @@ export const UsageSchema = z.object({
 export type Usage = z.infer<typeof UsageSchema>;
 
 export const ModelInfoSchema = z.object({
-  provider: z.enum(['offline', 'openai-compatible']),
+  /** `offline`, or the provider part of MODEL (`openai`, `anthropic`, ...): a provider is one file in src/model/. */
+  provider: z.string().min(1),
   model: z.string(),
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
@@ -143,42 +134,29 @@ export const PublishResultSchema = z.object({
 export type PublishResult = z.infer<typeof PublishResultSchema>;
 
 // ---------------------------------------------------------------------------------------------------------------
-// The steps, in order
-// ---------------------------------------------------------------------------------------------------------------
-
-/**
- * The steps, in order. Each name is also the step's explicit activity ID, so idempotency keys read
- * `<runId>:<step>`; reports, progress and the result table read their step list from here.
- */
-export const STEPS = ['summarize', 'tag', 'publish'] as const;
-export type StepName = (typeof STEPS)[number];
-/** The steps that call the model (their results carry usage and cost); publish is the effect. */
-export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
-export type ModelStepName = (typeof MODEL_STEPS)[number];
-
-// ---------------------------------------------------------------------------------------------------------------
 // The workflow: its input, result and progress
 // ---------------------------------------------------------------------------------------------------------------
+
+/** A whole number option within its OPTION_LIMITS, defaulted. */
+const option = (name: OptionName) => {
+  const { min, max, default: fallback } = OPTION_LIMITS[name];
+  return z.number().int().min(min).max(max).default(fallback);
+};
 
 export const PipelineOptionsSchema = z
   .object({
     /** Sentences in the summary. */
-    maxSummarySentences: z.number().int().min(1).max(20).default(3),
+    maxSummarySentences: option('maxSummarySentences'),
     /** Tags to keep. */
-    maxTags: z.number().int().min(1).max(20).default(5),
+    maxTags: option('maxTags'),
     /** Start-to-close timeout of each model call; large documents on slow local models need more. */
-    modelTimeoutSeconds: z.number().int().min(1).max(3600).default(120),
+    modelTimeoutSeconds: option('modelTimeoutSeconds'),
     /**
      * Overall budget of each step, every retry included (schedule-to-close). Within it a step retries without an
      * attempt cap, so crashed or stalled workers never fail a document; provider errors have their own bounded
      * count (MAX_PROVIDER_ERRORS), kept by the activity.
      */
-    stepBudgetMinutes: z
-      .number()
-      .int()
-      .min(1)
-      .max(7 * 24 * 60)
-      .default(60),
+    stepBudgetMinutes: option('stepBudgetMinutes'),
   })
   .strict();
 export type PipelineOptions = z.infer<typeof PipelineOptionsSchema>;
@@ -188,11 +166,21 @@ export const PipelineInputSchema = z
     schemaVersion: z.literal(INPUT_SCHEMA_VERSION),
     documentId: DocumentIdSchema,
     textRef: TextRefSchema,
-    title: z.string().min(1).max(300),
+    title: z.string().min(TITLE_LENGTH.min).max(TITLE_LENGTH.max),
     options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
   })
   .strict();
 export type PipelineInput = z.input<typeof PipelineInputSchema>;
+/** The input as the workflow uses it: checked, with the options' defaults filled in. */
+export type CheckedPipelineInput = z.output<typeof PipelineInputSchema>;
+/** Compile-time proof that the workflow's fast path (isCompletePipelineInput) promises exactly this type. */
+const fastPathType: [CheckedPipelineInput, CompletePipelineInput] extends [
+  CompletePipelineInput,
+  CheckedPipelineInput,
+]
+  ? true
+  : never = true;
+void fastPathType;
 
 export interface PipelineResult {
   documentId: string;
@@ -202,20 +190,7 @@ export interface PipelineResult {
   publication: PublishResult;
 }
 
-export const StepStateSchema = z.enum(['pending', 'running', 'done', 'failed']);
-export type StepState = z.infer<typeof StepStateSchema>;
-export interface PipelineProgress {
-  documentId: string;
-  steps: Record<StepName, StepState>;
-}
-
-/** Every step pending: the progress of a run that has just started. */
-export function initialProgress(documentId: string): PipelineProgress {
-  const steps = z
-    .record(z.enum(STEPS), StepStateSchema)
-    .parse(Object.fromEntries(STEPS.map((step) => [step, 'pending'])));
-  return { documentId, steps };
-}
+export const StepStateSchema = z.enum(STEP_STATES);
 
 /** The model steps' results within a workflow result, whichever steps there are: for usage and cost totals. */
 export function modelStepResults(result: PipelineResult): ModelStepFields[] {
@@ -223,11 +198,6 @@ export function modelStepResults(result: PipelineResult): ModelStepFields[] {
     const parsed = ModelStepFieldsSchema.safeParse(value);
     return parsed.success ? [parsed.data] : [];
   });
-}
-
-/** The workflow ID for a document: the same document always maps to the same run, so a resubmission attaches. */
-export function workflowIdFor(documentId: string): string {
-  return `document-${documentId}`;
 }
 
 /**
@@ -255,19 +225,4 @@ export function describeIssues(error: z.ZodError): string {
       return `${field}: ${issue.message}`;
     })
     .join('; ');
-}
-
-/** Inputs written by older (or newer) code get a clear refusal instead of a guess at what their fields meant. */
-export function refuseOtherSchemaVersions(rawInput: unknown): void {
-  if (typeof rawInput !== 'object' || rawInput === null || !('schemaVersion' in rawInput)) return;
-  const version = rawInput.schemaVersion;
-  if (typeof version === 'number' && version !== INPUT_SCHEMA_VERSION) {
-    throw ApplicationFailure.create({
-      type: FailureType.UnsupportedSchemaVersion,
-      nonRetryable: true,
-      message:
-        `pipeline input has schemaVersion ${version}, but this worker understands only ${INPUT_SCHEMA_VERSION}; ` +
-        'resubmit the document with the current client, or run a worker of the matching version',
-    });
-  }
 }

@@ -1,0 +1,139 @@
+/**
+ * The part of the contract that workflow code reads on every run: the task queue, the failure types, the steps and
+ * their states, the workflow ID, the input's schema version. Plain values and types, no schema library: in the
+ * workflow sandbox every run evaluates the modules it imports afresh, and building the zod schemas of
+ * src/contract.ts cost each document's first workflow task ~20 ms (npm run bench). The schemas themselves live in
+ * src/contract.ts, which re-exports all of this; workers check inputs and results with them.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+
+export const DEFAULT_TASK_QUEUE = 'document-pipeline';
+
+/** Bumped whenever PipelineInput changes shape; older inputs are refused with a message, never guessed at. */
+export const INPUT_SCHEMA_VERSION = 1;
+
+/** A document's ID: what DocumentIdSchema checks. */
+export const DOCUMENT_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+/** A blob reference: what TextRefSchema checks. */
+export const TEXT_REF = /^sha256:[0-9a-f]{64}$/;
+/** A document title's length, in UTF-16 code units as zod counts them. */
+export const TITLE_LENGTH = { min: 1, max: 300 } as const;
+/** Each option's range (whole numbers) and default: what PipelineOptionsSchema checks and fills in. */
+export const OPTION_LIMITS = {
+  maxSummarySentences: { min: 1, max: 20, default: 3 },
+  maxTags: { min: 1, max: 20, default: 5 },
+  modelTimeoutSeconds: { min: 1, max: 3600, default: 120 },
+  stepBudgetMinutes: { min: 1, max: 7 * 24 * 60, default: 60 },
+} as const;
+export type OptionName = keyof typeof OPTION_LIMITS;
+
+/** Failure types that retrying cannot fix; each comes with a message telling the user what to change. */
+export const FailureType = {
+  InvalidInput: 'InvalidInput',
+  InvalidDocument: 'InvalidDocument',
+  UnsupportedSchemaVersion: 'UnsupportedSchemaVersion',
+  ModelRejected: 'ModelRejected',
+  ModelOutputInvalid: 'ModelOutputInvalid',
+  PublishRejected: 'PublishRejected',
+  TransientModelError: 'TransientModelError',
+  TransientPublishError: 'TransientPublishError',
+  /** A webhook delivery whose earlier attempt may have landed, waiting for an operator's verdict. */
+  DeliveryHeld: 'DeliveryHeld',
+  /** The payload codec refused a payload (plaintext where encryption is required, an unknown key). */
+  PayloadRefused: 'PayloadRefused',
+  /** A model step met more provider errors in one run than MAX_PROVIDER_ERRORS allows. */
+  ProviderErrorsExhausted: 'ProviderErrorsExhausted',
+} as const;
+
+/**
+ * The steps, in order. Each name is also the step's explicit activity ID, so idempotency keys read
+ * `<runId>:<step>`; reports, progress and the result table read their step list from here.
+ */
+export const STEPS = ['summarize', 'tag', 'publish'] as const;
+export type StepName = (typeof STEPS)[number];
+/** The steps that call the model (their results carry usage and cost); publish is the effect. */
+export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
+export type ModelStepName = (typeof MODEL_STEPS)[number];
+
+export const STEP_STATES = ['pending', 'running', 'done', 'failed'] as const;
+export type StepState = (typeof STEP_STATES)[number];
+export interface PipelineProgress {
+  documentId: string;
+  steps: Record<StepName, StepState>;
+}
+
+/** Every step pending: the progress of a run that has just started. */
+export function initialProgress(documentId: string): PipelineProgress {
+  const steps = Object.fromEntries(STEPS.map((step) => [step, 'pending'])) as Record<StepName, StepState>;
+  return { documentId, steps };
+}
+
+/** The workflow ID for a document: the same document always maps to the same run, so a resubmission attaches. */
+export function workflowIdFor(documentId: string): string {
+  return `document-${documentId}`;
+}
+
+/** Inputs written by older (or newer) code get a clear refusal instead of a guess at what their fields meant. */
+export function refuseOtherSchemaVersions(rawInput: unknown): void {
+  // Own fields only: an inherited `schemaVersion` (or any Object.prototype name) is not something the client sent.
+  if (typeof rawInput !== 'object' || rawInput === null || !Object.hasOwn(rawInput, 'schemaVersion')) return;
+  const version: unknown = Reflect.get(rawInput, 'schemaVersion');
+  if (typeof version === 'number' && version !== INPUT_SCHEMA_VERSION) {
+    throw ApplicationFailure.create({
+      type: FailureType.UnsupportedSchemaVersion,
+      nonRetryable: true,
+      message:
+        `pipeline input has schemaVersion ${version}, but this worker understands only ${INPUT_SCHEMA_VERSION}; ` +
+        'resubmit the document with the current client, or run a worker of the matching version',
+    });
+  }
+}
+
+/** The input a run uses: what PipelineInputSchema returns (the type is checked against it in src/contract.ts). */
+export interface CompletePipelineInput {
+  schemaVersion: typeof INPUT_SCHEMA_VERSION;
+  documentId: string;
+  textRef: string;
+  title: string;
+  options: Record<OptionName, number>;
+}
+
+/**
+ * True when `input` is already what PipelineInputSchema would return, unchanged: every field and option present,
+ * valid, and nothing else. The workflow takes such an input as it is, without building a schema in the sandbox;
+ * anything else (a missing option, a bad field) goes to the worker's check, which fills in defaults and words the
+ * failure. Our clients always send complete inputs. test/input-check.test.ts holds this to the schema.
+ */
+export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
+  if (
+    !isPlainRecord(input) ||
+    !hasExactly(input, ['schemaVersion', 'documentId', 'textRef', 'title', 'options'])
+  ) {
+    return false;
+  }
+  const { schemaVersion, documentId, textRef, title, options } = input;
+  if (schemaVersion !== INPUT_SCHEMA_VERSION) return false;
+  if (typeof documentId !== 'string' || !DOCUMENT_ID.test(documentId)) return false;
+  if (typeof textRef !== 'string' || !TEXT_REF.test(textRef)) return false;
+  if (typeof title !== 'string' || title.length < TITLE_LENGTH.min || title.length > TITLE_LENGTH.max)
+    return false;
+  const names = Object.keys(OPTION_LIMITS) as OptionName[];
+  if (!isPlainRecord(options) || !hasExactly(options, names)) return false;
+  return names.every((name) => {
+    const value = options[name];
+    const { min, max } = OPTION_LIMITS[name];
+    return typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
+  });
+}
+
+function isPlainRecord(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  // As JSON decodes them; anything else (a class instance, a null prototype) goes to the worker's check.
+  return Object.getPrototypeOf(value) === Object.prototype;
+}
+
+/** Own enumerable keys exactly `keys`, no more, no fewer. */
+function hasExactly(record: Record<string, unknown>, keys: readonly string[]): boolean {
+  const own = Object.keys(record);
+  return own.length === keys.length && keys.every((key) => Object.hasOwn(record, key));
+}

@@ -1,0 +1,112 @@
+/**
+ * The workflow's fast path for its input: isCompletePipelineInput takes an input as it is only when
+ * PipelineInputSchema (the one definition, checked by the worker) would return it unchanged. Property-based, over
+ * valid inputs and every kind of damage to them; and our clients' inputs take the fast path.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import { BatchOptionsSchema } from '../src/batch-contract';
+import {
+  INPUT_SCHEMA_VERSION,
+  OPTION_LIMITS,
+  PipelineInputSchema,
+  PipelineOptionsSchema,
+} from '../src/contract';
+import { isCompletePipelineInput } from '../src/steps';
+
+const optionNames = Object.keys(OPTION_LIMITS) as (keyof typeof OPTION_LIMITS)[];
+
+// As JSON decodes them: plain objects (fast-check would also make null-prototype ones, which the fast path leaves
+// to the worker's check).
+const validInput = fc.record(
+  {
+    schemaVersion: fc.constant(INPUT_SCHEMA_VERSION),
+    documentId: fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/),
+    textRef: fc.stringMatching(/^[0-9a-f]{64}$/).map((hex) => `sha256:${hex}`),
+    title: fc.string({ minLength: 1, maxLength: 300 }),
+    options: fc.record(
+      Object.fromEntries(
+        optionNames.map((name) => [
+          name,
+          fc.integer({ min: OPTION_LIMITS[name].min, max: OPTION_LIMITS[name].max }),
+        ]),
+      ) as Record<(typeof optionNames)[number], fc.Arbitrary<number>>,
+      { noNullPrototype: true },
+    ),
+  },
+  { noNullPrototype: true },
+);
+
+/** Names that trip plain-object lookups, and the input's own field names. */
+const keyName = fc.oneof(
+  fc.constantFrom(
+    '__proto__',
+    'constructor',
+    'toString',
+    'hasOwnProperty',
+    'schemaVersion',
+    'maxTags',
+    'extra',
+  ),
+  fc.string(),
+);
+const oddValue = fc.oneof(
+  fc.anything(),
+  fc.double(),
+  fc.integer({ min: -10, max: 100_000 }),
+  fc.string({ maxLength: 400 }),
+  fc.constant(undefined),
+);
+
+/** A valid input with one thing done to it: a field removed, replaced, or added, at the top or in the options. */
+const damagedInput = fc
+  .tuple(validInput, fc.nat(), keyName, oddValue, fc.boolean(), fc.constantFrom('remove', 'replace', 'add'))
+  .map(([input, pick, name, value, inOptions, how]) => {
+    const copy: Record<string, unknown> = { ...input, options: { ...input.options } };
+    const target = (inOptions ? copy.options : copy) as Record<string, unknown>;
+    const keys = Object.keys(target);
+    const key = how === 'add' ? name : (keys[pick % keys.length] ?? name);
+    if (how === 'remove') Reflect.deleteProperty(target, key);
+    else Object.defineProperty(target, key, { value, enumerable: true, configurable: true, writable: true });
+    return copy;
+  });
+
+describe('isCompletePipelineInput', () => {
+  it('takes an input as it is only when the schema would return it unchanged', () => {
+    fc.assert(
+      fc.property(fc.oneof(damagedInput, validInput, fc.anything()), (input) => {
+        if (!isCompletePipelineInput(input)) return;
+        const parsed = PipelineInputSchema.safeParse(input);
+        assert.ok(parsed.success, JSON.stringify(input));
+        assert.deepEqual(parsed.data, input);
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it('takes every complete valid input, so runs our clients start check nothing in the worker', () => {
+    fc.assert(
+      fc.property(validInput, (input) => {
+        assert.ok(isCompletePipelineInput(input), JSON.stringify(input));
+      }),
+      { numRuns: 1_000 },
+    );
+  });
+
+  it("is what submitDocument's and the batch's inputs are", () => {
+    const base = {
+      schemaVersion: INPUT_SCHEMA_VERSION,
+      documentId: 'notes.md',
+      textRef: `sha256:${'a'.repeat(64)}`,
+      title: 'Notes',
+    };
+    assert.ok(
+      isCompletePipelineInput({ ...base, options: PipelineOptionsSchema.parse({ stepBudgetMinutes: 5 }) }),
+    );
+    assert.ok(isCompletePipelineInput({ ...base, options: BatchOptionsSchema.parse({}).pipeline }));
+    // A partial input (the Temporal CLI, an older client) goes to the worker's check instead.
+    assert.equal(isCompletePipelineInput({ ...base, options: { maxTags: 5 } }), false);
+    assert.equal(isCompletePipelineInput(base), false);
+  });
+});
