@@ -191,6 +191,21 @@ describe('extractiveSummary', () => {
 });
 
 describe('keywordTags', () => {
+  it('returns words, never what a lookup on an object finds for a name like constructor', () => {
+    // A 10,000-document run hit this: a lemma looked up in a plain object found Object.prototype.constructor,
+    // and the tag (a function) was stored as null, so the step failed for good on that document.
+    const text = [
+      '# The constructor',
+      '',
+      'Each constructor builds an instance. The constructor takes a prototype and a constructor argument.',
+      'A constructor may call another constructor; the constructor of a struct is a plain function.',
+    ].join('\n');
+    const tags = keywordTags(text, 5);
+    assert.ok(tags.length > 0);
+    for (const tag of tags) assert.equal(typeof tag, 'string', JSON.stringify(tags.map(String)));
+    assert.ok(tags.includes('constructor'), JSON.stringify(tags));
+  });
+
   it('finds the topic of each sample', () => {
     const expected: Record<string, string[]> = {
       'sourdough-starter': ['starter', 'flour'],

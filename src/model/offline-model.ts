@@ -3,13 +3,14 @@ import { countTokens, extractiveSummary, keywordTags } from './offline-nlp';
 import type { DocumentModel, ModelAnswer, ModelCall } from './types';
 
 /**
- * The embedded default when no OPENAI_BASE_URL is set: an extractive summary and keyword tags computed from the
+ * The embedded default while MODEL names no provider: an extractive summary and keyword tags computed from the
  * text with wink-nlp. Deterministic and free; results are labelled provider "offline". An optional latency
  * stands in for a remote model's, so a demo or a chaos test can kill a worker in the middle of a "call".
  */
 export class OfflineModel implements DocumentModel {
   readonly info = { provider: 'offline', model: 'extractive-wink-nlp' } as const;
-  readonly promptVersion = 'offline-1';
+  /** offline-2: tags are always words (offline-1 could store a null tag for the word `constructor`). */
+  readonly promptVersion = 'offline-2';
 
   constructor(private readonly latencyMs = 0) {}
 

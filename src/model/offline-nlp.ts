@@ -24,7 +24,7 @@ const TAG_WORD = /^\p{Ll}[\p{Ll}'’-]*\p{Ll}$/u;
 /** Words about the document's layout rather than its subject; never useful as tags. */
 const LAYOUT_WORDS = new Set('chapter section listing figure table example filename page'.split(' '));
 /** Lemmas wink gets technically right but that read badly as tags. */
-const TAG_SPELLING: Record<string, string> = { datum: 'data' };
+const TAG_SPELLING = new Map([['datum', 'data']]);
 const HEADING_WEIGHT = 3;
 const MAX_SENTENCE_CHARS = 400;
 
@@ -280,7 +280,8 @@ export function keywordTags(text: string, maxTags: number): string[] {
         afterHyphen = token.lemma === '-';
         continue;
       }
-      const word = TAG_SPELLING[token.lemma] ?? token.lemma;
+      // A Map, not an object: a lemma such as `constructor` must not find Object.prototype's function.
+      const word = TAG_SPELLING.get(token.lemma) ?? token.lemma;
       words.push({ word, weight, adjective: token.pos === 'ADJ', follows });
       // The second half of a compound such as "low-level" cannot start a phrase of its own.
       follows = !afterHyphen;
