@@ -10,6 +10,9 @@ import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
 import { FailureType, UsageSchema } from '../src/contract';
 import type { ModelInfo, StepName, Usage } from '../src/contract';
 import type { TextSource } from '../src/documents/text-source';
+import { noMetrics } from '../src/telemetry/metrics';
+import type { PipelineMetrics } from '../src/telemetry/metrics';
+import { inSpan } from '../src/telemetry/spans';
 import { HEARTBEAT_EVERY_MS, withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 
@@ -23,6 +26,8 @@ export interface ModelStepDependencies {
   memoLeaseMs?: number;
   /** Provider errors (error statuses, timeouts, refused answers) one run's step may meet before it fails. */
   maxProviderErrors?: number;
+  /** Where tokens, cost and memo hits are counted (the worker's metrics page); nowhere by default. */
+  metrics?: PipelineMetrics;
 }
 
 export interface ModelStepAnswer<T> {
@@ -75,13 +80,35 @@ export async function runModelStep<T>(
     requestHash,
   };
   const text = await deps.texts.read(textRef);
+  // The paid call is a span of its own in the document's trace: the key and the model, never the text.
+  const { provider, model } = deps.model.info;
+  const callAttributes = {
+    'pipeline.step': step,
+    'pipeline.idempotency_key': key,
+    'gen_ai.system': provider,
+    'gen_ai.request.model': model,
+  };
   const answer = await withHeartbeats((signal) =>
     askOnce(
       { ...deps, step, request, valueSchema, owner: claimantName(`attempt-${info.attempt}`), signal },
       (retryHint) =>
-        ask(text, { idempotencyKey: key, signal, ...(retryHint === undefined ? {} : { retryHint }) }),
+        inSpan('model call', callAttributes, async (span) => {
+          const paid = await ask(text, {
+            idempotencyKey: key,
+            signal: callSignal(signal),
+            ...(retryHint === undefined ? {} : { retryHint }),
+          });
+          span.setAttributes({
+            'gen_ai.usage.input_tokens': paid.usage.inputTokens,
+            'gen_ai.usage.output_tokens': paid.usage.outputTokens,
+          });
+          return paid;
+        }),
     ),
   );
+  const metrics = deps.metrics ?? noMetrics;
+  if (answer.memoised) metrics.memoHit(step);
+  else metrics.modelPaid(step, answer.model, totalUsage([answer]), answer.estimatedCostUsd);
   return { ...answer, idempotencyKey: key };
 }
 
@@ -229,4 +256,30 @@ export async function askOnce<T>(
     }
     return err;
   }
+}
+
+/** How long a call of an attempt the server gave up on may still deliver its answer (see callSignal). */
+const ABANDONED_CALL_GRACE_MS = 1_000;
+
+/**
+ * The signal a model call gets: the attempt's, except when the server has given up on the attempt (it stalled past
+ * the heartbeat timeout, a GC pause or a frozen VM, and learns so on waking; or its call hung past the start-to-close
+ * timeout). The call then gets one more second: after a stall its answer may be in the socket already, paid
+ * for, and the attempt that took over is waiting on this attempt's claim, still renewed, so storing that answer is
+ * what keeps it from paying again. A hung call is stopped after that second, and its claim released. A
+ * cancellation the workflow asked for, or a worker shutting down, stops the call at once.
+ */
+function callSignal(attempt: AbortSignal, context = Context.current()): AbortSignal {
+  const call = new AbortController();
+  const follow = (): void => {
+    const details = context.cancellationDetails;
+    if (details?.notFound === true || details?.timedOut === true) {
+      setTimeout(() => call.abort(attempt.reason), ABANDONED_CALL_GRACE_MS).unref();
+      return;
+    }
+    call.abort(attempt.reason);
+  };
+  if (attempt.aborted) follow();
+  else attempt.addEventListener('abort', follow, { once: true });
+  return call.signal;
 }

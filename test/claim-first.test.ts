@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { ApplicationFailure } from '@temporalio/common';
+import { ActivityCancellationDetails, ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { z } from 'zod';
@@ -97,6 +97,24 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
       assert.equal(b.summary, SUMMARY);
       assert.deepEqual([a.memoised, b.memoised], [false, true]);
       assert.equal(b.idempotencyKey, `${step.runId}:summarize`);
+    });
+
+    it('an attempt the server gave up on still stores the answer it paid for: the successor waiting on it pays nothing', async () => {
+      // A stall past the heartbeat timeout: on waking, the attempt learns it was given up on (not found) while its
+      // call is answered. Its claim is still live, the successor waits on it, so the answer must reach the memo.
+      const step = await summarizeStep(backend, () => ({ body: completion(SUMMARY), delayMs: 1_200 }));
+      const abandoned = step.attempt(1);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const successor = step.attempt(2);
+      // Told just before its answer arrives (at 1.2 s): the answer comes within the second it is given.
+      await new Promise((resolve) => setTimeout(resolve, 800));
+      abandoned.env.cancel('NOT_FOUND', new ActivityCancellationDetails({ notFound: true }));
+
+      const result = await successor.result;
+      await abandoned.result.catch(() => undefined);
+      assert.equal(step.server.requests.length, 1, 'the successor paid again');
+      assert.equal(result.summary, SUMMARY);
+      assert.equal(result.memoised, true);
     });
 
     it('a claim whose owner stopped renewing is taken over once its lease runs out, and no sooner', async () => {
@@ -189,7 +207,8 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
       const [plain, retry] = step.server.requests.map((r) => ChatBodySchema.parse(r.body));
       assert.equal(plain?.max_tokens, undefined, 'the first request already capped the answer');
       assert.ok((retry?.max_tokens ?? 0) > 0, 'the retry did not cap the answer');
-      assert.match(retry?.messages.at(-1)?.content ?? '', /refused: model test-model was cut off/);
+      const system = retry?.messages.find((m) => m.role === 'system')?.content ?? '';
+      assert.match(system, /refused: model test-model was cut off/);
     });
   });
 }
