@@ -1,4 +1,7 @@
+import type { BlobStore } from '../src/documents/blobs';
 import type { Publisher } from '../src/publisher/types';
+import { createBatchActivities } from './batch';
+import { checkPipelineInput } from './check-input';
 import type { ModelStepDependencies } from './model-step';
 import { createPublish } from './publish';
 import { createSummarize } from './summarize';
@@ -7,6 +10,8 @@ import { createTag } from './tag';
 /** The model steps' parts (model, memo, texts, prices; without prices only the offline model costs 0) and the publisher. */
 export interface ActivityDependencies extends ModelStepDependencies {
   publisher: Publisher;
+  /** The texts' store; the batch workflow reads its manifest from it. */
+  blobs: BlobStore;
 }
 
 /** The pipeline's activities with their dependencies injected; tests pass real-but-local parts. */
@@ -15,6 +20,8 @@ export function createActivities(deps: ActivityDependencies) {
     summarize: createSummarize(deps),
     tag: createTag(deps),
     publish: createPublish(deps),
+    ...createBatchActivities(deps),
+    checkPipelineInput,
   };
 }
 

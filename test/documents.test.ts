@@ -13,6 +13,7 @@ import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } fr
 import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
 import { loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
+import { BatchInputSchema, BatchManifestSchema } from '../src/batch-contract';
 import { processDocuments } from '../src/runs/batch';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
@@ -422,14 +423,15 @@ describe('keyed document IDs (DOCUMENT_ID_SECRET)', () => {
   it('is what the batch command submits under when DOCUMENT_ID_SECRET is set', async () => {
     const dir = folder({ 'private/plans.md': '# Plans\n\nNot for everyone.' });
     const config = loadConfig({ DATA_DIR: path.join(dir, 'data'), DOCUMENT_ID_SECRET: SECRET }, dir);
-    const asked: string[] = [];
-    // Stops each submission at its first request to the server, once the workflow ID it uses is known.
+    const blobs = new FileBlobStore(path.join(dir, 'blobs'));
+    const started: { workflowId: string; input: unknown }[] = [];
+    // Stops the batch at its first request to the server, once its ID and input are known.
     const client = new Client({
       interceptors: {
         workflow: [
           {
-            describe: (input) => {
-              asked.push(input.workflowExecution.workflowId);
+            start: (input) => {
+              started.push({ workflowId: input.options.workflowId, input: input.options.args[0] });
               throw new Error('no server in this test');
             },
           },
@@ -439,20 +441,23 @@ describe('keyed document IDs (DOCUMENT_ID_SECRET)', () => {
     defer(() => client.connection.close());
     const source = path.join(dir, 'private', 'plans.md');
 
-    const outcomes = await processDocuments(
-      client,
-      config,
-      new FileBlobStore(path.join(dir, 'blobs')),
-      [path.join(dir, 'private')],
-      { print: () => {} },
+    await assert.rejects(
+      processDocuments(client, config, blobs, [path.join(dir, 'private')], { print: () => {} }),
+      /no server in this test/,
     );
 
-    assert.deepEqual(
-      outcomes.map((o) => [o.source, o.error]),
-      [[source, 'could not be submitted: no server in this test']],
+    assert.equal(started.length, 1);
+    const batchInput = BatchInputSchema.parse(started[0]?.input);
+    const manifest = BatchManifestSchema.parse(
+      JSON.parse((await blobs.get(batchInput.manifestRef))?.toString('utf8') ?? 'null'),
     );
-    assert.deepEqual(asked, [workflowIdFor(documentIdOf(source, process.cwd(), SECRET))]);
-    assert.doesNotMatch(asked[0] ?? '', /private|plans/);
+    assert.deepEqual(
+      manifest.entries.map((e) => e.documentId),
+      [documentIdOf(source, process.cwd(), SECRET)],
+    );
+    // Neither the batch's ID nor its documents' IDs name the path; only the entry's source (for messages) does.
+    assert.doesNotMatch(started[0]?.workflowId ?? '', /private|plans/);
+    assert.doesNotMatch(workflowIdFor(manifest.entries[0]?.documentId ?? ''), /private|plans/);
   });
 });
 

@@ -1,20 +1,31 @@
-import { defineQuery, patched, proxyActivities, setHandler } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  patched,
+  proxyActivities,
+  proxyLocalActivities,
+  setHandler,
+} from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
+import type { BatchProgress } from '../src/batch-contract';
+import type {
+  CheckedPipelineInput,
+  PipelineResult,
+  PublishResult,
+  SummarizeResult,
+  TagResult,
+} from '../src/contract';
 import {
   FailureType,
   initialProgress,
-  parseOrFail,
+  isCompletePipelineInput,
   refuseOtherSchemaVersions,
-  PipelineInputSchema,
-  PublishResultSchema,
-  SummarizeResultSchema,
-  TagResultSchema,
-} from '../src/contract';
-import type { PipelineProgress, PipelineResult, StepName, SummarizeResult, TagResult } from '../src/contract';
+} from '../src/steps';
+import { progressQuery } from './queries';
+import type { StepName } from '../src/steps';
 
-/** Live step states, for progress displays; answered from workflow memory, no history read needed. */
-export const progressQuery = defineQuery<PipelineProgress>('progress');
+export { batchProgressQuery, progressQuery } from './queries';
 
 /**
  * Retries fit the fault. No attempt cap: a worker that crashes or stalls times its attempts out (heartbeat
@@ -52,6 +63,12 @@ const publishOptions: ActivityOptions = {
   },
 };
 
+/** The worker checks the input (a local activity: no round trip to the server, no schemas built in the sandbox). */
+const { checkPipelineInput } = proxyLocalActivities<PipelineActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
+});
+
 /**
  * Summarize, tag, publish one document. The event history is the checkpoint: after a crash, replay skips every
  * step whose completion is recorded, and only the unfinished step runs again, under the same idempotency key.
@@ -59,7 +76,16 @@ const publishOptions: ActivityOptions = {
  */
 export async function documentPipeline(rawInput: unknown): Promise<PipelineResult> {
   refuseOtherSchemaVersions(rawInput);
-  const input = parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
+  // A complete input (what our clients send) is taken as it is; anything else is checked, with defaults filled
+  // in, by the worker. Runs started before the worker checked the input parsed it, and each step's result, here
+  // with zod: they replay that way. Drop the else path as the parallel-model-steps comment below says for its own.
+  const checkedByWorker = patched('input-checked-by-worker');
+  const legacy = checkedByWorker ? undefined : legacyContract();
+  const input: CheckedPipelineInput = legacy
+    ? legacy.parseOrFail(legacy.PipelineInputSchema, rawInput, 'pipeline input')
+    : isCompletePipelineInput(rawInput)
+      ? rawInput
+      : await checkedInput(rawInput);
   const { documentId, textRef, title, options } = input;
 
   const progress = initialProgress(documentId);
@@ -91,20 +117,16 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     activityId: 'tag',
   });
 
-  const summarizeStep = async () =>
-    parseOrFail(
-      SummarizeResultSchema,
-      await step('summarize', () =>
-        summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
-      ),
-      'summarize result',
+  const summarizeStep = async (): Promise<SummarizeResult> => {
+    const result = await step('summarize', () =>
+      summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
     );
-  const tagStep = async () =>
-    parseOrFail(
-      TagResultSchema,
-      await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags })),
-      'tag result',
-    );
+    return legacy ? legacy.parseOrFail(legacy.SummarizeResultSchema, result, 'summarize result') : result;
+  };
+  const tagStep = async (): Promise<TagResult> => {
+    const result = await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags }));
+    return legacy ? legacy.parseOrFail(legacy.TagResultSchema, result, 'tag result') : result;
+  };
 
   // Summarize and tag are independent model calls, so they run side by side. In histories written before this
   // change tag is scheduled only after summarize completed: `patched` is false when such a run is replayed, and it
@@ -124,20 +146,48 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   // deterministic (the current workflow task's start), fixed in the step's input for all its retries, and later in
   // every later run. Not workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old
   // run's first task, so the reset run would report the same start time as the run it replaces.
-  const publication = parseOrFail(
-    PublishResultSchema,
-    await step('publish', () =>
-      publish({
-        documentId,
-        title,
-        textRef,
-        summary: summary.summary,
-        tags: tags.tags,
-        model: summary.model,
-        scheduledAt: Date.now(),
-      }),
-    ),
-    'publish result',
+  const published = await step('publish', () =>
+    publish({
+      documentId,
+      title,
+      textRef,
+      summary: summary.summary,
+      tags: tags.tags,
+      model: summary.model,
+      scheduledAt: Date.now(),
+    }),
   );
+  const publication: PublishResult = legacy
+    ? legacy.parseOrFail(legacy.PublishResultSchema, published, 'publish result')
+    : published;
   return { documentId, title, summary, tags, publication };
+}
+
+/** The input as the worker checked it; a bad input fails the run with the check's own failure, as before. */
+async function checkedInput(rawInput: unknown): Promise<CheckedPipelineInput> {
+  try {
+    return await checkPipelineInput(rawInput);
+  } catch (err) {
+    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) throw err.cause;
+    throw err;
+  }
+}
+
+/**
+ * The zod contract, loaded only when called: a module imported at the top is evaluated by every run in the
+ * sandbox, this one only by the runs that replay the old path (and by batches).
+ */
+function legacyContract(): typeof import('../src/contract') {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return require('../src/contract') as typeof import('../src/contract');
+}
+
+/**
+ * Runs a batch of documents (workflows/batch.ts). Loaded on call for the reason legacyContract gives: this module
+ * is evaluated by every document's run, the batch's code and schemas only by batches.
+ */
+export async function batch(rawInput: unknown): Promise<BatchProgress> {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { runBatch } = require('./batch') as typeof import('./batch');
+  return runBatch(rawInput);
 }

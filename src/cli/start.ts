@@ -2,28 +2,32 @@ import { loadConfig, SAMPLES_DIR } from '../config';
 import { createDependencies } from '../dependencies';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
-import { exitCodeFor } from '../runs/result-table';
 import { connectClient, connectWorker } from '../temporal/connection';
-import { connectOrStartTemporal } from '../temporal/dev-server';
+import { connectOrStartTemporal, webUiLine } from '../temporal/dev-server';
+import { parseRunArgs } from './args';
+import { exitQuietlyWhenOutputCloses } from './exit-paths';
 import { quietSdkLogs } from '../temporal/runtime';
 import { createPipelineWorker } from '../temporal/worker';
 
 /**
- * `npm start [files or folders]`: the whole job in one process. Finds or starts a Temporal server (embedded,
+ * `npm start [-- --rerun] [files or folders]`: the whole job in one process. Finds or starts a Temporal server (embedded,
  * with its database in the data folder), runs a worker, submits the documents (the shipped samples by default)
  * and prints the results. Kill it at any point and run it again: finished steps are not repeated.
  */
 async function run(): Promise<void> {
   const since = Date.now();
+  exitQuietlyWhenOutputCloses();
   quietSdkLogs();
   const config = loadConfig();
-  const paths = process.argv.length > 2 ? process.argv.slice(2) : [SAMPLES_DIR];
+  const args = parseRunArgs(process.argv.slice(2));
+  const paths = args.paths.length > 0 ? args.paths : [SAMPLES_DIR];
   const target = await connectOrStartTemporal(config);
   console.log(`Temporal: ${target.address} (${target.origin}), namespace ${target.namespace}`);
   const { client, dataConverter, close: closeClient } = await connectClient(config, { endpoint: target });
   const nativeConnection = await connectWorker(config, target);
   const { deps, stores, close } = await createDependencies(config);
   let interrupted = false;
+  let finished = false;
   try {
     const worker = await createPipelineWorker({
       connection: nativeConnection,
@@ -41,23 +45,37 @@ async function run(): Promise<void> {
     const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
     process.once('SIGINT', () => {
       interrupted = true;
-      console.log(`\nStopping. Finished steps are recorded in ${checkpoint}; run npm start again to resume.`);
+      console.log(
+        `\nStopping once the steps under way finish (Ctrl-C again: now). Finished steps are recorded in ` +
+          `${checkpoint}; run npm start again to resume.`,
+      );
+      // A second Ctrl-C does not wait: the steps cut off rerun on the next start, the server stops on exit.
+      process.once('SIGINT', () => process.exit(130));
     });
     let outcomes;
     try {
-      outcomes = await worker.runUntil(processDocuments(client, config, stores.blobs, paths, { since }));
+      outcomes = await worker.runUntil(
+        processDocuments(client, config, stores.blobs, paths, {
+          since,
+          stream: process.stdout,
+          rerun: args.rerun,
+          configuredModel: deps.model.info,
+        }),
+      );
     } catch (err) {
       if (!interrupted) throw err;
       return;
     }
-    if (target.uiUrl !== undefined)
-      console.log(`Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`);
-    process.exitCode = exitCodeFor(outcomes);
+    process.exitCode = outcomes.exitCode;
+    finished = true;
   } finally {
     await close();
     await nativeConnection.close();
     await closeClient();
     await target.close();
+    // Last, once the embedded server is stopped: a link only while something serves it.
+    const ui = finished ? await webUiLine(target, config) : undefined;
+    if (ui !== undefined) console.log(ui);
     // Stop here: the abandoned progress polling would otherwise retry on the connections just closed.
     if (interrupted) process.exit(130);
   }

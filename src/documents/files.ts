@@ -55,6 +55,9 @@ export interface Rejected {
   reason: string;
 }
 
+/** One argument's document, or one thing among the arguments that is not a usable document, with why. */
+export type Collected = { document: DocumentFile } | { rejected: Rejected };
+
 /**
  * Expands files and folders into documents, each identified by its path (documentIdOf, relative to `root`; keyed
  * by `idSecret` when given). Nothing is dropped silently: every argument that is not a usable document comes back
@@ -64,55 +67,67 @@ export interface Rejected {
 export function collectDocuments(
   args: readonly string[],
   maxBytes: number,
-  { root = process.cwd(), idSecret }: { root?: string; idSecret?: string } = {},
+  options: { root?: string; idSecret?: string } = {},
 ): { documents: DocumentFile[]; rejected: Rejected[] } {
   const documents: DocumentFile[] = [];
   const rejected: Rejected[] = [];
-  const consider = (source: string, readFrom: string, flags: number): void => {
+  for (const item of eachDocument(args, maxBytes, options)) {
+    if ('document' in item) documents.push(item.document);
+    else rejected.push(item.rejected);
+  }
+  return { documents, rejected };
+}
+
+/**
+ * collectDocuments one document at a time, in the same order: each file is read only when its turn comes, so a
+ * caller that stores each text and lets it go holds one document at a time, however many the folders hold.
+ */
+export function* eachDocument(
+  args: readonly string[],
+  maxBytes: number,
+  { root = process.cwd(), idSecret }: { root?: string; idSecret?: string } = {},
+): Generator<Collected> {
+  const consider = (source: string, readFrom: string, flags: number): Collected => {
     const read = readDocument(readFrom, flags, maxBytes);
-    if (!read.ok) {
-      rejected.push({ source, reason: read.reason });
-      return;
-    }
+    if (!read.ok) return { rejected: { source, reason: read.reason } };
     const decoded = decodeDocument(read.bytes, maxBytes);
-    if (!decoded.ok) {
-      rejected.push({ source, reason: decoded.reason });
-      return;
-    }
-    documents.push({
-      source,
-      documentId: documentIdOf(source, root, idSecret),
-      title: titleOf(decoded.text, source),
-      bytes: read.bytes,
-    });
+    if (!decoded.ok) return { rejected: { source, reason: decoded.reason } };
+    return {
+      document: {
+        source,
+        documentId: documentIdOf(source, root, idSecret),
+        title: titleOf(decoded.text, source),
+        bytes: read.bytes,
+      },
+    };
   };
   for (const arg of args) {
     let stat: fs.Stats;
     try {
       stat = fs.statSync(arg);
     } catch {
-      rejected.push({ source: arg, reason: 'no such file or folder; check the path' });
+      yield { rejected: { source: arg, reason: 'no such file or folder; check the path' } };
       continue;
     }
     if (stat.isDirectory()) {
       const entries = listFolder(arg);
       if (entries.length === 0) {
-        rejected.push({
-          source: arg,
-          reason: `the folder holds no ${[...DOCUMENT_EXTENSIONS].join(', ')} files`,
-        });
+        yield {
+          rejected: {
+            source: arg,
+            reason: `the folder holds no ${[...DOCUMENT_EXTENSIONS].join(', ')} files`,
+          },
+        };
       }
       for (const entry of entries) {
-        if ('reason' in entry) rejected.push(entry);
-        else consider(entry.source, entry.readFrom, NO_FOLLOW);
+        yield 'reason' in entry ? { rejected: entry } : consider(entry.source, entry.readFrom, NO_FOLLOW);
       }
     } else if (stat.isFile()) {
-      consider(arg, arg, 0);
+      yield consider(arg, arg, 0);
     } else {
-      rejected.push({ source: arg, reason: 'not a regular file or folder' });
+      yield { rejected: { source: arg, reason: 'not a regular file or folder' } };
     }
   }
-  return { documents, rejected };
 }
 
 /** Why a file could not be opened or read (a dangling link, no permission...), with the system's code. */

@@ -1,99 +1,404 @@
 import path from 'node:path';
-import type { Client } from '@temporalio/client';
-import type { BlobStore } from '../documents/blobs';
-import { followProgress, submitDocument } from './submit';
-import type { Submission } from './submit';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import { batch, batchProgressQuery, progressQuery } from '../../workflows';
+import { BATCH_SCHEMA_VERSION, batchIdFor, describeFailure, OPEN_LISTED } from '../batch-contract';
+import type { BatchEntry, BatchInput, BatchProgress, BatchTally } from '../batch-contract';
 import type { Config } from '../config';
-import { collectDocuments } from '../documents/files';
-import { recoveryReport } from './history';
+import { workflowIdFor } from '../contract';
+import type { ModelInfo } from '../contract';
+import type { BlobStore } from '../documents/blobs';
+import { eachDocument, versionOf } from '../documents/files';
+import { formatCost } from '../model/pricing';
+import { BatchProgressDisplay, failureLine } from './batch-progress';
+import { cut, titleWidth } from './columns';
+import type { ProgressOutput } from './batch-progress';
 import { withDecodedResults } from './decode-history';
+import { recoveryReport } from './history';
+import type { RecoveryReport } from './history';
 import { printOutcomes } from './result-table';
 import type { DocumentOutcome } from './result-table';
+import { describeProgress } from './submit';
 
 export type { DocumentOutcome };
-import type { RecoveryReport } from './history';
+
+/** Up to this many documents a batch ends with the full table and per-document step lines; above, a summary. */
+export const TABLE_LIMIT = 20;
+
+export interface ProcessOptions {
+  /** Start of this session: steps completed before it were done earlier (the recovery report says so). */
+  since?: number;
+  print?: (line: string) => void;
+  /** Where the progress bar goes when it is a terminal (npm start and npm run pipeline pass stdout). */
+  stream?: NodeJS.WriteStream;
+  /** Process documents again as new runs, even those whose version completed before. */
+  rerun?: boolean;
+  /** Document runs open at once (BATCH_WINDOW). */
+  window?: number;
+  /** Texts stored at once while uploading. */
+  uploadConcurrency?: number;
+  /** How often the batch's progress is asked for. */
+  everyMs?: number;
+  /** The model the workers are configured with: the table points out results another model made earlier. */
+  configuredModel?: ModelInfo;
+  /** Tests: the batch's history budget, to see it continue as new on a small batch. */
+  historyBudget?: number;
+}
+
+/** How a batch ended: the listed outcomes (every document of a small batch; the failures of a big one). */
+export interface BatchReport {
+  batchId: string | undefined;
+  outcomes: DocumentOutcome[];
+  /** The batch's own count of what ended, undefined when nothing was submitted. */
+  tally: BatchTally | undefined;
+  /** 1 when a document failed, 3 when none failed but a publication was superseded, else 0. */
+  exitCode: number;
+}
 
 /**
- * Submits every document found in `paths`, follows the runs to the end and prints one row per document,
- * failed ones with the reason. Nothing is dropped: unreadable inputs are listed as failed too.
- * Returns the outcomes; the caller decides the exit code.
+ * Runs every document found in `paths` as one batch workflow: stores each text (a few at a time, each let go
+ * once stored), stores the list of references as the batch's manifest, starts (or attaches to) the batch, and
+ * follows it with one progress query a second. Nothing is dropped: unreadable inputs are listed as failed.
+ * Small batches end with the full table, read once per document; big ones with the batch's own summary.
  */
 export async function processDocuments(
   client: Client,
   config: Config,
   blobs: BlobStore,
   paths: readonly string[],
-  { since = Date.now(), print = console.log }: { since?: number; print?: (line: string) => void } = {},
-): Promise<DocumentOutcome[]> {
-  const { documents, rejected } = collectDocuments(paths, config.maxDocumentBytes, {
-    idSecret: config.documentIdSecret,
-  });
-  const outcomes: DocumentOutcome[] = rejected.map((r) => ({
-    source: r.source,
-    title: path.basename(r.source),
-    workflowId: undefined,
-    result: undefined,
-    error: r.reason,
-    report: undefined,
-  }));
+  options: ProcessOptions = {},
+): Promise<BatchReport> {
+  const { since = Date.now(), print = console.log, rerun = false } = options;
+  const { entries, rejected } = await storeDocuments(config, blobs, paths, options.uploadConcurrency ?? 8);
+  const small = entries.length <= TABLE_LIMIT;
+  // A small batch lists them in its table at the end; a big one says so now, as it says each failure.
+  if (!small)
+    for (const r of rejected) print(failureLine({ source: r.source, reason: r.error ?? 'rejected' }));
+  if (entries.length === 0) {
+    printOutcomes(rejected, print);
+    return {
+      batchId: undefined,
+      outcomes: rejected,
+      tally: undefined,
+      exitCode: rejected.length > 0 ? 1 : 0,
+    };
+  }
 
-  const submissions: Submission[] = [];
-  for (const document of documents) {
-    let submission: Submission;
-    try {
-      submission = await submitDocument(client, blobs, config.taskQueue, document, {
-        stepBudgetMinutes: config.stepBudgetMinutes,
-      });
-    } catch (err) {
-      // One document the server would not take (say, a bad task queue name) must not sink the others.
-      const error = `could not be submitted: ${rootMessage(err)}`;
-      outcomes.push({
-        source: document.source,
-        title: document.title,
-        workflowId: undefined,
-        result: undefined,
-        error,
-        report: undefined,
-      });
-      print(`${document.source}: ${error}`);
+  const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
+  const window = options.window ?? config.batchWindow;
+  const input: BatchInput = {
+    schemaVersion: BATCH_SCHEMA_VERSION,
+    manifestRef,
+    total: entries.length,
+    options: {
+      window,
+      rerun,
+      pipeline: { stepBudgetMinutes: config.stepBudgetMinutes },
+      ...(options.historyBudget !== undefined ? { historyBudget: options.historyBudget } : {}),
+    },
+  };
+  const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
+  const attachedAt = Date.now();
+  const handle = await client.workflow.start(batch, {
+    taskQueue: config.taskQueue,
+    workflowId: batchId,
+    args: [input],
+    // The same documents submitted again attach to the batch under way; a finished batch runs again, and its
+    // documents that completed are counted as done earlier, not rerun.
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+  });
+  // The batch under way since before this session (an earlier npm start killed mid-batch, another client)?
+  const startedAt = (await handle.describe()).startTime.getTime();
+  const resumed = startedAt < attachedAt - 1_000;
+  print(
+    `Batch ${batchId}: ${entries.length} document(s), ${window} at a time` +
+      `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
+      `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
+  );
+  const final = await followBatch(client, handle, entries.length, config.taskQueue, {
+    print,
+    ...(options.stream !== undefined ? { stream: options.stream } : {}),
+    everyMs: options.everyMs ?? 1_000,
+    perDocument: small ? entries : undefined,
+    resumedBefore: resumed ? attachedAt : undefined,
+  });
+
+  const outcomes = small
+    ? [...rejected, ...(await readOutcomes(client, entries, since, print))]
+    : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
+  if (small)
+    printOutcomes(
+      outcomes,
+      print,
+      options.configuredModel ? { configuredModel: options.configuredModel } : {},
+    );
+  else printTally(final, rejected.length, print);
+  const failed = final.tally.failed + rejected.length;
+  return {
+    batchId,
+    outcomes,
+    tally: final.tally,
+    exitCode: failed > 0 ? 1 : final.tally.superseded > 0 ? 3 : 0,
+  };
+}
+
+/**
+ * Reads and stores each document, a few stores in flight at a time, and lets its bytes go once stored: only the
+ * list of references (a few hundred bytes a document) grows with the batch. The same version of a document
+ * named twice is one entry.
+ */
+async function storeDocuments(
+  config: Config,
+  blobs: BlobStore,
+  paths: readonly string[],
+  concurrency: number,
+): Promise<{ entries: BatchEntry[]; rejected: DocumentOutcome[] }> {
+  const entries: BatchEntry[] = [];
+  const rejected: DocumentOutcome[] = [];
+  const seen = new Set<string>();
+  const inFlight = new Set<Promise<void>>();
+  let failure: unknown;
+  for (const item of eachDocument(paths, config.maxDocumentBytes, { idSecret: config.documentIdSecret })) {
+    if ('rejected' in item) {
+      rejected.push(failedOutcome(item.rejected.source, undefined, item.rejected.reason));
       continue;
     }
-    submissions.push(submission);
-    const note = {
-      new: 'started',
-      running: 'resuming the run already under way',
-      completed: 'already done earlier',
-      replaced: 'replacing the run of the previous version',
-    }[submission.attachedTo];
-    print(`${document.source} -> ${submission.workflowId} (${note})`);
+    const { document } = item;
+    const textRef = versionOf(document.bytes);
+    const key = `${document.documentId} ${textRef}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    entries.push({
+      documentId: document.documentId,
+      textRef,
+      title: document.title,
+      source: document.source,
+    });
+    const stored: Promise<void> = blobs.put(document.bytes).then(
+      () => void inFlight.delete(stored),
+      (err: unknown) => {
+        failure ??= err;
+        inFlight.delete(stored);
+      },
+    );
+    inFlight.add(stored);
+    if (inFlight.size >= concurrency) await Promise.race(inFlight);
+    if (failure !== undefined) break;
   }
-  await followProgress(submissions, print);
+  await Promise.all(inFlight);
+  if (failure !== undefined) throw failure;
+  return { entries, rejected };
+}
 
-  for (const s of submissions) {
-    const base = { source: s.document.source, title: s.document.title, workflowId: s.workflowId };
+function failedOutcome(source: string, workflowId: string | undefined, error: string): DocumentOutcome {
+  return { source, title: path.basename(source), workflowId, result: undefined, error, report: undefined };
+}
+
+/** How a small batch's line says a document was taken up. */
+const HANDLED: Record<BatchProgress['handled'][number]['how'], string> = {
+  started: 'started',
+  replaced: 'replacing the run of the previous version',
+  'done earlier': 'already done earlier',
+  attached: 'resuming the run already under way',
+};
+
+/**
+ * Follows the batch to its end with one progress query per round (never one per document): the bar, each
+ * failure once, and for small batches each open document's step states. Says so when no worker is polling.
+ */
+async function followBatch(
+  client: Client,
+  handle: WorkflowHandle<typeof batch>,
+  total: number,
+  taskQueue: string,
+  options: ProgressOutput & {
+    everyMs: number;
+    perDocument: readonly BatchEntry[] | undefined;
+    /** When this client attached to a batch under way: what it had taken up before was taken up earlier. */
+    resumedBefore: number | undefined;
+  },
+): Promise<BatchProgress> {
+  const display = new BatchProgressDisplay(total, options);
+  let final: BatchProgress | undefined;
+  let failure: unknown;
+  const ended = handle.result().then(
+    (result) => void (final = result),
+    (err: unknown) => void (failure = err),
+  );
+  const shown = new Map<string, string>();
+  const titles = new Map(options.perDocument?.map((e) => [workflowIdFor(e.documentId), e.title]));
+  let handledShown = 0;
+  const showHandled = (progress: BatchProgress): void => {
+    for (const { index, workflowId, how, at } of progress.handled.slice(handledShown)) {
+      const earlier = options.resumedBefore !== undefined && at < options.resumedBefore;
+      const note = earlier && (how === 'started' || how === 'replaced') ? HANDLED.attached : HANDLED[how];
+      display.log(`${options.perDocument?.[index]?.source ?? workflowId} -> ${workflowId} (${note})`);
+    }
+    handledShown = Math.max(handledShown, progress.handled.length);
+  };
+  const watchdog = new WorkerWatchdog(client, taskQueue, (line) => display.log(line));
+  try {
+    while (final === undefined && failure === undefined) {
+      try {
+        const progress = await handle.query(batchProgressQuery, display.seenFailures);
+        display.update(progress);
+        watchdog.answered();
+        if (options.perDocument !== undefined) {
+          showHandled(progress);
+          await showDocuments(client, progress.open, titles, shown, (l) => display.log(l));
+        }
+      } catch {
+        // No worker answered in time, or the batch just ended: the watchdog says which, the result tells.
+        await watchdog.check();
+      }
+      await Promise.race([ended, sleep(options.everyMs)]);
+    }
+  } finally {
+    display.stop();
+  }
+  if (failure !== undefined)
+    throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
+  if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);
+  if (options.perDocument !== undefined) showHandled(final);
+  display.update(final);
+  return final;
+}
+
+/** Each open document's step states, printed when they change: `  <title>  summarize ✓  tag …  publish ·`. */
+async function showDocuments(
+  client: Client,
+  open: readonly string[],
+  titles: Map<string, string>,
+  shown: Map<string, string>,
+  print: (line: string) => void,
+): Promise<void> {
+  // The step states take 36 columns: `summarize ✓  tag ✓  publish ✓`, and the indent.
+  const width = titleWidth(40);
+  await Promise.all(
+    open.slice(0, OPEN_LISTED).map(async (workflowId) => {
+      try {
+        const line = describeProgress(await client.workflow.getHandle(workflowId).query(progressQuery));
+        if (shown.get(workflowId) === line) return;
+        shown.set(workflowId, line);
+        print(`  ${cut(titles.get(workflowId) ?? workflowId, width).padEnd(width)} ${line}`);
+      } catch {
+        // Not started yet, or just ended: the next round or the table tells.
+      }
+    }),
+  );
+}
+
+/**
+ * Notices a batch nobody works on: when its progress goes unanswered and the task queue has no poller, says how
+ * to start a worker, once; and says when one turns up.
+ */
+class WorkerWatchdog {
+  private warned = false;
+  private readonly since = Date.now();
+
+  constructor(
+    private readonly client: Client,
+    private readonly taskQueue: string,
+    private readonly print: (line: string) => void,
+  ) {}
+
+  answered(): void {
+    if (this.warned) this.print(`A worker is polling task queue "${this.taskQueue}": carrying on.`);
+    this.warned = false;
+  }
+
+  async check(): Promise<void> {
+    if (this.warned || Date.now() - this.since < 3_000) return;
+    let pollers: number;
+    try {
+      const described = await this.client.workflowService.describeTaskQueue({
+        namespace: this.client.options.namespace,
+        taskQueue: { name: this.taskQueue },
+      });
+      pollers = described.pollers?.length ?? 0;
+    } catch {
+      return;
+    }
+    if (pollers > 0) return;
+    this.warned = true;
+    this.print(
+      `No worker is polling task queue "${this.taskQueue}": start one with npm run worker ` +
+        '(the batch waits, nothing is lost).',
+    );
+  }
+}
+
+/** Each document's result and recovery report, read once at the end, a few at a time. */
+async function readOutcomes(
+  client: Client,
+  entries: readonly BatchEntry[],
+  since: number,
+  print: (line: string) => void,
+): Promise<DocumentOutcome[]> {
+  const outcomes: DocumentOutcome[] = new Array<DocumentOutcome>(entries.length);
+  let nextIndex = 0;
+  const readOne = async (entry: BatchEntry): Promise<DocumentOutcome> => {
+    const workflowId = workflowIdFor(entry.documentId);
+    const handle = client.workflow.getHandle(workflowId);
+    const base = { source: entry.source, title: entry.title, workflowId };
     let report: RecoveryReport | undefined;
     try {
+      const runId = (await handle.describe()).runId;
       const history = await withDecodedResults(
-        await s.handle.fetchHistory(),
+        await client.workflow.getHandle(workflowId, runId).fetchHistory(),
         client.options.loadedDataConverter,
       );
-      report = recoveryReport(history, since, (await s.handle.describe()).runId);
+      report = recoveryReport(history, since, runId);
     } catch (err) {
-      print(`${s.document.source}: no recovery report (${rootMessage(err)})`);
+      print(`${entry.source}: no recovery report (${describeFailure(err).reason})`);
     }
     try {
-      outcomes.push({ ...base, result: await s.handle.result(), error: undefined, report });
+      return { ...base, result: await handle.result(), error: undefined, report };
     } catch (err) {
-      outcomes.push({ ...base, result: undefined, error: rootMessage(err), report });
+      return { ...base, result: undefined, error: describeFailure(err).reason, report };
     }
-  }
-  printOutcomes(outcomes, print);
+  };
+  const reader = async (): Promise<void> => {
+    for (let i = nextIndex++; i < entries.length; i = nextIndex++) {
+      const entry = entries[i];
+      if (entry !== undefined) outcomes[i] = await readOne(entry);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(8, entries.length) }, reader));
   return outcomes;
 }
 
-/** The innermost message of a failure chain (WorkflowFailedError -> ActivityFailure -> ApplicationFailure). */
-export function rootMessage(err: unknown): string {
-  let current: unknown = err;
-  while (current instanceof Error && current.cause instanceof Error) current = current.cause;
-  return current instanceof Error ? current.message : String(current);
+/** The end of a big batch: what the batch counted, without reading any document's result. */
+function printTally(progress: BatchProgress, rejected: number, print: (line: string) => void): void {
+  const { tally, total } = progress;
+  print('');
+  const superseded =
+    tally.superseded > 0 ? ` ${tally.superseded} superseded by a newer run (not written),` : '';
+  print(
+    `${tally.done - tally.superseded} of ${total + rejected} document(s) published,${superseded} ` +
+      `${tally.failed + rejected} failed.`,
+  );
+  const notes = [
+    tally.doneEarlier > 0 ? `${tally.doneEarlier} done earlier (not run again; --rerun runs them anew)` : '',
+    tally.attached > 0 ? `${tally.attached} already under way (waited on, not rerun)` : '',
+    tally.replaced > 0 ? `${tally.replaced} replaced an older version's run` : '',
+  ].filter((n) => n !== '');
+  if (notes.length > 0) print(`Of those: ${notes.join('; ')}.`);
+  const steps = Object.entries(tally.steps)
+    .map(([step, n]) => `${step} ${n.done} done${n.failed > 0 ? `, ${n.failed} failed` : ''}`)
+    .join('; ');
+  print(`Steps: ${steps}.`);
+  print(
+    `Model usage: ${tally.inputTokens}/${tally.outputTokens} tok, ${formatCost(tally.costUsd)} in total; ` +
+      `${tally.memoised} answer(s) reused from the memo.`,
+  );
+  if (progress.unlistedFailures > 0) {
+    print(
+      `${progress.unlistedFailures} more failure(s) are counted but not listed; list them with ` +
+        'temporal workflow list --query \'ExecutionStatus="Failed"\'.',
+    );
+  }
+  if (progress.runs > 1)
+    print(`The batch continued as new ${progress.runs - 1} time(s) to keep its history short.`);
 }

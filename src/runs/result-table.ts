@@ -1,8 +1,9 @@
 import { modelStepResults } from '../contract';
-import type { ModelStepFields } from '../contract';
+import type { ModelInfo, ModelStepFields } from '../contract';
 import { formatCost, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
+import { cut, terminalWidth, titleWidth } from './columns';
 import { describeStep, summarizeReports } from './step-outcome';
 
 /** One document's line in the table: its result, or why it failed, and its recovery report. */
@@ -39,7 +40,7 @@ function statusCell(outcome: DocumentOutcome): string {
   const revision = outcome.result?.publication.revision;
   switch (documentStatus(outcome)) {
     case 'published':
-      return `published r${revision}`;
+      return `published r${revision}${producedEarlier(outcome) ? ', earlier' : ''}`;
     case 'superseded':
       return `SUPERSEDED by r${revision}`;
     case 'failed':
@@ -51,16 +52,38 @@ function statusCell(outcome: DocumentOutcome): string {
  * The result table `npm start` and `npm run pipeline` end with: one row per document (status, model, tokens and
  * cost, tags) with how each step fared, the failures with their reasons, each summary, and the totals.
  */
-export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line: string) => void): void {
+/** True when every step of the document's run had finished before this session: nothing ran now. */
+function producedEarlier(outcome: DocumentOutcome): boolean {
+  const steps = outcome.report?.steps ?? [];
+  return steps.length > 0 && steps.every((s) => s.doneEarlier);
+}
+
+/** `provider/model`, or just `offline` for the offline model. */
+function modelName(model: ModelInfo): string {
+  return model.provider === 'offline' ? 'offline' : `${model.provider}/${model.model}`;
+}
+
+export function printOutcomes(
+  outcomes: readonly DocumentOutcome[],
+  print: (line: string) => void,
+  {
+    columns = terminalWidth(),
+    configuredModel,
+  }: {
+    columns?: number;
+    /** The model this session's workers are configured with: results made earlier by another are pointed out. */
+    configuredModel?: ModelInfo;
+  } = {},
+): void {
   const rows = outcomes.map((o) => {
     const steps = o.report?.steps.map((s) => `${s.step}: ${describeStep(s)}`).join('; ') ?? '-';
     return {
-      document: o.title.slice(0, 36),
+      document: o.title,
       status: statusCell(o),
-      model: o.result ? `${o.result.summary.model.provider}` : '-',
+      model: o.result ? cut(modelName(o.result.summary.model), 28) : '-',
       cost: o.result ? describeUsage(modelStepResults(o.result)) : '-',
-      tags: o.result ? o.result.tags.tags.join(', ').slice(0, 48) : '-',
-      steps,
+      tags: o.result ? o.result.tags.tags.join(', ') : '-',
+      steps: cut(steps, columns - 4),
     };
   });
   print('');
@@ -73,10 +96,21 @@ export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line
     tags: 'Tags',
     steps: 'Steps',
   };
-  const columns = ['document', 'status', 'model', 'cost', 'tags'] as const;
-  const widths = columns.map((c) => Math.max(headers[c].length, ...rows.map((r) => r[c].length)));
-  const line = (r: Record<(typeof columns)[number], string>): string =>
-    columns.map((c, i) => r[c].padEnd(widths[i] ?? 0)).join('  ');
+  // The title and the tags give way to the terminal's width (a title is cut here, once); the other columns are short.
+  const widthOf = (key: 'status' | 'model' | 'cost'): number =>
+    Math.max(headers[key].length, ...rows.map((r) => r[key].length)) + 2;
+  const fixed = widthOf('status') + widthOf('model') + widthOf('cost');
+  const titleRoom = titleWidth(fixed + 26, columns);
+  for (const r of rows) r.document = cut(r.document, titleRoom);
+  const used = fixed + Math.max(headers.document.length, ...rows.map((r) => r.document.length)) + 2;
+  for (const r of rows) r.tags = cut(r.tags, Math.max(16, columns - used));
+  const shown = ['document', 'status', 'model', 'cost', 'tags'] as const;
+  const widths = shown.map((c) => Math.max(headers[c].length, ...rows.map((r) => r[c].length)));
+  const line = (r: Record<(typeof shown)[number], string>): string =>
+    shown
+      .map((c, i) => r[c].padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
   print(line(headers));
   print(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const r of rows) {
@@ -121,6 +155,23 @@ export function printOutcomes(outcomes: readonly DocumentOutcome[], print: (line
   const steps = outcomes.flatMap((o) => (o.result ? modelStepResults(o.result) : []));
   print(`Model usage: ${describeUsage(steps)} in total, each answer counted once (memoised ones included).`);
   print(summarizeReports(reports));
+  const earlier = outcomes.filter(producedEarlier);
+  if (earlier.length > 0) {
+    print(
+      `${earlier.length} result(s) were produced earlier, not in this session ("earlier" in the table, with the ` +
+        'model that made them); npm start -- --rerun processes documents again as new runs.',
+    );
+  }
+  const wanted = configuredModel === undefined ? undefined : modelName(configuredModel);
+  const other = new Set(
+    earlier.flatMap((o) => (o.result ? [modelName(o.result.summary.model)] : [])).filter((m) => m !== wanted),
+  );
+  if (wanted !== undefined && other.size > 0) {
+    print(
+      `Those were made by ${[...other].join(', ')}, and the workers are now configured with ${wanted}: ` +
+        'add --rerun to process them with it.',
+    );
+  }
 }
 
 /** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`. */

@@ -7,7 +7,7 @@ import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-w
 import { documentPipeline } from '../../workflows';
 import { TextRefSchema } from '../contract';
 import type { Stores } from '../store/open';
-import { runMemo } from './submit';
+import { runMemo } from './latest-run';
 
 /** The runs the sweep must spare: every pipeline run the server still calls Running. */
 export const OPEN_RUNS_QUERY = `WorkflowType = '${documentPipeline.name}' AND ExecutionStatus = 'Running'`;

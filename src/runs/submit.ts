@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { documentPipeline, progressQuery } from '../../workflows';
 import type { BlobStore } from '../documents/blobs';
 import type { DocumentFile } from '../documents/files';
-import { z } from 'zod';
-import { INPUT_SCHEMA_VERSION, STEPS, TextRefSchema, workflowIdFor } from '../contract';
+import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS, workflowIdFor } from '../contract';
+import { describeRun, settleLatestRun } from './latest-run';
+import type { RunFacts, RunMemo } from './latest-run';
+
 import type { PipelineInput, PipelineOptions, PipelineProgress, StepName, StepState } from '../contract';
 
 /** A handle on a document's pipeline run. */
@@ -23,33 +25,6 @@ export interface Submission {
    * `running`: attached to a run of this version already under way; `completed`: this version finished before.
    */
   attachedTo: 'new' | 'replaced' | 'running' | 'completed';
-}
-
-/** What submitDocument needs to know of a run: its ID, whether it is over, and what its memo records. */
-interface RunFacts {
-  runId: string;
-  open: boolean;
-  completed: boolean;
-  /** The version the run works on; undefined for runs started before versions were recorded. */
-  version: string | undefined;
-  /** The submission that started it. */
-  submission: string | undefined;
-}
-
-/**
- * What a run's Temporal memo records, read back by this module and by the sweep: the version (the blob
- * reference of the text) the run works on, and the submission that started it. Runs from before versions were
- * recorded have neither.
- */
-const RunMemoSchema = z.object({
-  version: TextRefSchema.optional().catch(undefined),
-  submission: z.string().optional().catch(undefined),
-});
-export type RunMemo = z.infer<typeof RunMemoSchema>;
-
-/** A run's memo as RunMemo; fields missing or of another shape are undefined. */
-export function runMemo(memo: Record<string, unknown> | undefined): RunMemo {
-  return RunMemoSchema.parse(memo ?? {});
 }
 
 /** How many times a submission decides again when other submissions of the document change its runs meanwhile. */
@@ -82,12 +57,15 @@ export async function submitDocument(
 ): Promise<Submission> {
   const workflowId = workflowIdFor(document.documentId);
   const version = await blobs.put(document.bytes);
+  const completeOptions = PipelineOptionsSchema.safeParse(options);
   const input: PipelineInput = {
     schemaVersion: INPUT_SCHEMA_VERSION,
     documentId: document.documentId,
     textRef: version,
     title: document.title,
-    options,
+    // Complete, with the defaults filled in: the workflow takes such an input as it is (isCompletePipelineInput).
+    // Options it would refuse go as they are, and the run fails saying what is wrong with them.
+    options: completeOptions.success ? completeOptions.data : options,
   };
   const submission = randomUUID();
   const found = (run: RunFacts, attachedTo: Submission['attachedTo']): Submission => ({
@@ -99,13 +77,11 @@ export async function submitDocument(
   let replaced = false;
   for (let round = 0; round < ROUNDS; round++) {
     const latest = await describeRun(client, workflowId);
+    const verdict = await settleLatestRun(client, workflowId, latest, version);
+    if (verdict.kind === 'completed') return found(verdict.run, 'completed');
+    if (verdict.kind === 'running') return found(verdict.run, 'running');
+    replaced ||= verdict.replaced;
     const sameVersion = latest?.version === version;
-    if (latest?.open === true && sameVersion) return found(latest, 'running');
-    if (latest?.completed === true && sameVersion) return found(latest, 'completed');
-    if (latest?.open === true) {
-      await terminateRun(client, workflowId, latest.runId, `replaced by version ${version} of the document`);
-      replaced = true;
-    }
     let started: StartedPipeline;
     try {
       started = await client.workflow.start(documentPipeline, {
@@ -131,42 +107,6 @@ export async function submitDocument(
     `${workflowId} kept changing while it was submitted (other versions of the document are being submitted ` +
       'at the same time); submit it again once they are done',
   );
-}
-
-/** The facts of one run, or of the latest run under the workflow ID without `runId`; undefined if there is none. */
-async function describeRun(
-  client: Client,
-  workflowId: string,
-  runId?: string,
-): Promise<RunFacts | undefined> {
-  try {
-    const { memo, ...run } = await client.workflow.getHandle(workflowId, runId).describe();
-    const { version, submission } = runMemo(memo);
-    return {
-      runId: run.runId,
-      open: run.closeTime === undefined,
-      completed: run.status.name === 'COMPLETED',
-      version,
-      submission,
-    };
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return undefined;
-    throw err;
-  }
-}
-
-/** Terminates one run by its run ID; a run that ended meanwhile is left as it is. */
-async function terminateRun(
-  client: Client,
-  workflowId: string,
-  runId: string,
-  reason: string,
-): Promise<void> {
-  try {
-    await client.workflow.getHandle(workflowId, runId).terminate(reason);
-  } catch (err) {
-    if (!(err instanceof WorkflowNotFoundError)) throw err;
-  }
 }
 
 const MARK: Record<StepState, string> = { pending: '·', running: '…', done: '✓', failed: '✗' };

@@ -1,0 +1,84 @@
+import { MultiBar, Presets } from 'cli-progress';
+import type { BatchFailure, BatchProgress } from '../batch-contract';
+
+/** Where progress goes: a stream that may be a terminal, and the line printer everything else uses. */
+export interface ProgressOutput {
+  print: (line: string) => void;
+  /** The bar is drawn only when this is a terminal; otherwise a plain line every tenth of the batch. */
+  stream?: NodeJS.WriteStream;
+}
+
+/** One failure, one line: `FAILED <source>: <step>: <reason>`. */
+export function failureLine(failure: Pick<BatchFailure, 'source' | 'step' | 'reason'>): string {
+  return `FAILED ${failure.source}: ${failure.step !== undefined ? `${failure.step}: ` : ''}${failure.reason}`;
+}
+
+/**
+ * The batch's progress as one bar (a terminal) or a few plain lines (a pipe, a log file), with rate and ETA,
+ * and one line per failure as the batch reports it. Each failure is printed once (by its seq).
+ */
+export class BatchProgressDisplay {
+  private readonly multibar: MultiBar | undefined;
+  private readonly bar: ReturnType<MultiBar['create']> | undefined;
+  private readonly startedAt = Date.now();
+  private lastSeq = 0;
+  private lastTenth = -1;
+
+  constructor(
+    private readonly total: number,
+    private readonly output: ProgressOutput,
+  ) {
+    if (output.stream?.isTTY === true) {
+      this.multibar = new MultiBar(
+        {
+          stream: output.stream,
+          format: ' {bar} {value}/{total} documents | {rate} docs/s | ETA {eta_formatted} | {failed} failed',
+          hideCursor: true,
+          clearOnComplete: false,
+          etaBuffer: 50,
+          fps: 5,
+        },
+        Presets.shades_classic,
+      );
+      this.bar = this.multibar.create(total, 0, { rate: '0.0', failed: 0 });
+    }
+  }
+
+  /** The seq of the last failure printed: ask the batch only for failures after it. */
+  get seenFailures(): number {
+    return this.lastSeq;
+  }
+
+  /** Prints a line above the bar (or plainly without one). */
+  log(line: string): void {
+    if (this.multibar !== undefined) this.multibar.log(`${line}\n`);
+    else this.output.print(line);
+  }
+
+  update(progress: BatchProgress): void {
+    for (const failure of progress.failures) {
+      if (failure.seq <= this.lastSeq) continue;
+      this.lastSeq = failure.seq;
+      this.log(failureLine(failure));
+    }
+    const ended = progress.tally.done + progress.tally.failed;
+    const seconds = (Date.now() - this.startedAt) / 1000;
+    const rate = seconds > 0 ? ended / seconds : 0;
+    if (this.bar !== undefined) {
+      this.bar.update(ended, { rate: rate.toFixed(1), failed: progress.tally.failed });
+      return;
+    }
+    const tenth = this.total === 0 ? 10 : Math.floor((ended * 10) / this.total);
+    if (tenth === this.lastTenth || ended === 0) return;
+    this.lastTenth = tenth;
+    const eta = rate > 0 && ended < this.total ? ` ETA ${Math.ceil((this.total - ended) / rate)} s,` : '';
+    this.output.print(
+      `progress: ${ended}/${this.total} documents ended (${progress.tally.failed} failed), ` +
+        `${rate.toFixed(1)} docs/s,${eta} ${progress.running} running`,
+    );
+  }
+
+  stop(): void {
+    this.multibar?.stop();
+  }
+}

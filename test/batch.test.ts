@@ -1,0 +1,258 @@
+/**
+ * The batch workflow on the time-skipping server with a real worker: a sliding window of document runs, continue-
+ * as-new without losing or repeating a document, documents done or under way elsewhere attached to rather than
+ * rerun, `--rerun`, failures listed with their step, and the same documents submitted twice landing in one batch.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { batch } from '../workflows';
+import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
+import type { BatchEntry } from '../src/batch-contract';
+import { loadConfig } from '../src/config';
+import { workflowIdFor } from '../src/contract';
+import { documentIdOf } from '../src/documents/files';
+import { processDocuments } from '../src/runs/batch';
+import { submitDocument } from '../src/runs/submit';
+import {
+  cleanupAfterAll,
+  installQuietRuntime,
+  pipelineWorker,
+  SAMPLE_TEXT,
+  scratchDir,
+  tempParts,
+  timeSkippingEnv,
+} from './helpers';
+import type { LocalParts } from './helpers';
+
+const defer = cleanupAfterAll();
+const ROOT = path.join(__dirname, '..');
+installQuietRuntime();
+let env: TestWorkflowEnvironment;
+
+before(async () => {
+  env = await timeSkippingEnv(defer);
+});
+
+/** `count` distinct documents in a fresh folder, named doc-00.md, doc-01.md, ... */
+function folderOf(count: number, tag = randomUUID()): { dir: string; files: string[] } {
+  const dir = scratchDir(defer, 'batch-docs-');
+  const files = Array.from({ length: count }, (_, i) => {
+    const file = path.join(dir, `doc-${String(i).padStart(2, '0')}.md`);
+    fs.writeFileSync(file, `# Document ${i} ${tag}\n\n${SAMPLE_TEXT}\n`);
+    return file;
+  });
+  return { dir, files };
+}
+
+async function setup(): Promise<{
+  local: LocalParts;
+  taskQueue: string;
+  config: ReturnType<typeof loadConfig>;
+}> {
+  const local = await tempParts(defer);
+  const taskQueue = `batch-${randomUUID()}`;
+  const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue });
+  return { local, taskQueue, config };
+}
+
+/** Every document of `files` published exactly once, as revision 1. */
+async function publishedOnce(local: LocalParts, files: readonly string[]): Promise<void> {
+  for (const file of files) {
+    const revisions = await local.store.revisionsOf(documentIdOf(file));
+    assert.equal(revisions.length, 1, `${file}: ${JSON.stringify(revisions)}`);
+    assert.equal(revisions[0]?.revision, 1);
+  }
+}
+
+describe('the batch workflow', () => {
+  it('continues as new before its history budget, and every document is published once', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(30);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const lines: string[] = [];
+
+    const report = await worker.runUntil(
+      processDocuments(env.client, config, local.blobs, [dir], {
+        window: 4,
+        historyBudget: 80,
+        everyMs: 200,
+        print: (line) => lines.push(line),
+      }),
+    );
+
+    assert.equal(report.exitCode, 0, lines.join('\n'));
+    assert.equal(report.tally?.done, 30);
+    assert.equal(report.tally?.failed, 0);
+    for (const step of ['summarize', 'tag', 'publish'] as const)
+      assert.equal(report.tally?.steps[step].done, 30);
+    await publishedOnce(local, files);
+    assert.equal(await local.store.countPublications(), 30);
+    // Each run of the batch stayed near its budget: it drains its window (4 documents) before continuing.
+    const runs: number[] = [];
+    const batchId = report.batchId ?? '';
+    const latest = await env.client.workflow.getHandle(batchId).fetchHistory();
+    let runId = latest.events?.[0]?.workflowExecutionStartedEventAttributes?.firstExecutionRunId ?? undefined;
+    while (runId) {
+      const events = (await env.client.workflow.getHandle(batchId, runId).fetchHistory()).events ?? [];
+      runs.push(events.length);
+      runId = events.at(-1)?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+    }
+    assert.ok(runs.length > 1, `the batch never continued as new: ${JSON.stringify(runs)}`);
+    assert.ok(Math.max(...runs) < 80 + 4 * 12, `a run of the batch grew to ${Math.max(...runs)} events`);
+    assert.ok(
+      lines.some((l) => /The batch continued as new \d+ time\(s\)/.test(l)) || runs.length > 1,
+      lines.join('\n'),
+    );
+  });
+
+  it('attaches to documents done or under way elsewhere instead of running them again', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(3);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const [first, second] = files;
+    assert.ok(first !== undefined && second !== undefined);
+
+    const lines: string[] = [];
+    const report = await worker.runUntil(async () => {
+      // The first document completes on its own before the batch; the batch must not run it again.
+      const done = await submitDocument(env.client, local.blobs, taskQueue, {
+        source: first,
+        documentId: documentIdOf(first),
+        title: 'First',
+        bytes: fs.readFileSync(first),
+      });
+      await done.handle.result();
+      return processDocuments(env.client, config, local.blobs, [dir], {
+        everyMs: 200,
+        print: (line) => lines.push(line),
+      });
+    });
+
+    assert.equal(report.exitCode, 0, lines.join('\n'));
+    assert.equal(report.tally?.done, 3);
+    assert.equal(report.tally?.doneEarlier, 1);
+    assert.ok(
+      lines.includes(`${first} -> ${workflowIdFor(documentIdOf(first))} (already done earlier)`),
+      lines.join('\n'),
+    );
+    assert.ok(
+      lines.includes(`${second} -> ${workflowIdFor(documentIdOf(second))} (started)`),
+      lines.join('\n'),
+    );
+    await publishedOnce(local, files);
+    // Two model answers per document, none paid twice.
+    assert.equal(await local.memo.count(), 6);
+  });
+
+  it('runs them anew with rerun, publishing the next revision', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(2);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+
+    const [once, again] = await worker.runUntil(async () => [
+      await processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+      await processDocuments(env.client, config, local.blobs, [dir], {
+        everyMs: 200,
+        print: () => {},
+        rerun: true,
+      }),
+    ]);
+
+    assert.equal(once?.tally?.done, 2);
+    assert.equal(again?.tally?.doneEarlier, 0);
+    assert.notEqual(again?.batchId, once?.batchId);
+    for (const file of files) {
+      const revisions = await local.store.revisionsOf(documentIdOf(file));
+      assert.deepEqual(
+        revisions.map((r) => r.revision),
+        [1, 2],
+      );
+    }
+  });
+
+  it('lists a failed document with its step and reason, and publishes the others', async () => {
+    const { local, taskQueue } = await setup();
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const good = await local.blobs.put(Buffer.from(`# Good ${randomUUID()}\n\n${SAMPLE_TEXT}`));
+    // A reference to a text that is in no store: the model steps fail for good, saying what to fix.
+    const missing = `sha256:${'0'.repeat(64)}`;
+    const entries: BatchEntry[] = [
+      { documentId: `good-${randomUUID()}`, textRef: good, title: 'Good', source: 'good.md' },
+      { documentId: `lost-${randomUUID()}`, textRef: missing, title: 'Lost', source: 'lost.md' },
+    ];
+    const manifestRef = await local.blobs.put(Buffer.from(JSON.stringify({ entries })));
+
+    const result = await worker.runUntil(
+      env.client.workflow.execute(batch, {
+        taskQueue,
+        workflowId: batchIdFor(manifestRef),
+        args: [{ schemaVersion: BATCH_SCHEMA_VERSION, manifestRef, total: entries.length }],
+      }),
+    );
+
+    assert.equal(result.tally.done, 1);
+    assert.equal(result.tally.failed, 1);
+    assert.equal(result.failures.length, 1);
+    const [failure] = result.failures;
+    assert.equal(failure?.source, 'lost.md');
+    assert.ok(failure?.step === 'summarize' || failure?.step === 'tag', JSON.stringify(failure));
+    assert.match(failure?.reason ?? '', /is not in .*submit the document again/);
+    assert.equal(await local.store.countPublications(), 1);
+  });
+
+  it('is what npm run pipeline runs: the client process follows the batch, prints its end and exits', async () => {
+    const { local, taskQueue } = await setup();
+    const { dir } = folderOf(3);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const client = spawn(
+      process.execPath,
+      ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'pipeline.ts'), dir],
+      {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '',
+          TEMPORAL_ADDRESS: env.address,
+          TEMPORAL_TASK_QUEUE: taskQueue,
+          DATA_DIR: local.dir,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let output = '';
+    client.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    client.stderr.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    const exited = new Promise<number | null>((resolve) => client.once('exit', resolve));
+    defer(() => void client.kill('SIGKILL'));
+
+    const code = await worker.runUntil(
+      Promise.race([exited, sleep(60_000).then(() => 'still running after 60 s' as const)]),
+    );
+
+    assert.equal(code, 0, output);
+    assert.match(output, /Batch batch-[0-9a-f]+: 3 document\(s\), 16 at a time\./);
+    assert.match(output, /3 of 3 document\(s\) published, 0 failed\./);
+  });
+
+  it('is one batch when the same documents are submitted twice at once', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(4);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+
+    const [a, b] = await worker.runUntil(
+      Promise.all([
+        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+      ]),
+    );
+
+    assert.equal(a.batchId, b.batchId);
+    assert.equal(a.tally?.done, 4);
+    await publishedOnce(local, files);
+  });
+});

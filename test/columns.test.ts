@@ -1,0 +1,89 @@
+/**
+ * Output sized to the terminal: the result table's rows fit the terminal's width, a long title is cut once (with
+ * an ellipsis), and the columns line up.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { PipelineResult } from '../src/contract';
+import { cut, titleWidth } from '../src/runs/columns';
+import { printOutcomes } from '../src/runs/result-table';
+import type { DocumentOutcome } from '../src/runs/result-table';
+
+const model = { provider: 'offline', model: 'extractive-wink-nlp' } as const;
+const usage = { inputTokens: 1200, outputTokens: 85 };
+
+function outcome(title: string, tags: string[]): DocumentOutcome {
+  const result: PipelineResult = {
+    documentId: 'd',
+    title,
+    summary: { summary: 'A summary.', idempotencyKey: 'r:summarize', model, usage, memoised: false },
+    tags: { tags, idempotencyKey: 'r:tag', model, usage, memoised: false },
+    publication: {
+      idempotencyKey: 'r:publish',
+      target: 'sqlite',
+      documentId: 'd',
+      revision: 1,
+      duplicate: false,
+    },
+  };
+  const step = {
+    attempts: 1,
+    worker: 'w',
+    lastFailure: undefined,
+    idempotencyKey: 'k',
+    scheduledAt: 1,
+    completedAt: 2,
+    timeLostMs: 0,
+    skippedOnResume: false,
+    doneEarlier: false,
+    memoised: false,
+    usage: undefined,
+    estimatedCostUsd: undefined,
+  };
+  const steps = (['summarize', 'tag', 'publish'] as const).map((name) => ({
+    ...step,
+    step: name,
+    status: 'completed' as const,
+  }));
+  return {
+    source: `${title}.md`,
+    title,
+    workflowId: 'document-d',
+    result,
+    error: undefined,
+    report: { runId: 'r', steps, workers: ['w'] },
+  };
+}
+
+describe('the result table', () => {
+  const long = 'A Very Long Title About Durable Execution, Checkpoints and Idempotency Keys in Practice';
+  const outcomes = [
+    outcome(long, [
+      'durable execution',
+      'checkpoint',
+      'idempotency key',
+      'workflow history',
+      'activity retry',
+    ]),
+    outcome('Short', ['one']),
+  ];
+
+  for (const columns of [80, 120]) {
+    it(`fits ${columns} columns, cutting the title once`, () => {
+      const lines: string[] = [];
+      printOutcomes(outcomes, (l) => lines.push(l), { columns });
+      const table = lines.slice(lines.indexOf('Results') + 1, lines.indexOf('Results') + 7);
+      for (const line of table) assert.ok(line.length <= columns, `${line.length} > ${columns}: ${line}`);
+      const row = table.find((l) => l.startsWith('A Very Long'));
+      assert.ok(row !== undefined, table.join('\n'));
+      // Cut once, where the table cuts it: the cell is a prefix of the title and an ellipsis.
+      const cell = row.slice(0, row.indexOf('  '));
+      assert.ok(cell.endsWith('…') && long.startsWith(cell.slice(0, -1)) && cell.length >= 16, cell);
+      assert.equal(cut(long, titleWidth(columns, columns)).length, 16);
+      // Aligned: the status column starts at the same place on the header and every row.
+      const header = table[0] ?? '';
+      const statusAt = header.indexOf('Status');
+      for (const line of [table[2], table[4]]) assert.match(line?.slice(statusAt) ?? '', /^published r1/);
+    });
+  }
+});

@@ -1,0 +1,199 @@
+import {
+  condition,
+  continueAsNew,
+  startChild,
+  proxyActivities,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { ApplicationFailure, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import type { WorkflowIdReusePolicy } from '@temporalio/common';
+import type { PipelineActivities } from '../activities';
+import {
+  BatchInputSchema,
+  describeFailure,
+  emptyTally,
+  MAX_LISTED_FAILURES,
+  OPEN_LISTED,
+  tallyResult,
+} from '../src/batch-contract';
+import type { BatchEntry, BatchFailure, BatchProgress } from '../src/batch-contract';
+import { FailureType, INPUT_SCHEMA_VERSION, parseOrFail, STEPS, workflowIdFor } from '../src/contract';
+import type { PipelineInput, PipelineResult, StepName } from '../src/contract';
+import { batchProgressQuery } from './queries';
+
+const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
+  startToCloseTimeout: '1 minute',
+  retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
+});
+/** Waiting on another submission's run lasts as long as that run; the heartbeat notices a dead worker. */
+const { awaitRun } = proxyActivities<PipelineActivities>({
+  startToCloseTimeout: '7 days',
+  heartbeatTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
+});
+
+/** How many times a document is looked at again when other submissions keep changing its runs meanwhile. */
+const ROUNDS = 3;
+
+/**
+ * Runs every document of a batch through `documentPipeline`, each as a child run under the document's own
+ * workflow ID, at most `window` at a time. The batch holds references only: the manifest (the entries, with
+ * their text references) stays in the blob store and is read a page at a time. Before its history nears
+ * Temporal's limits it stops starting documents, lets the window drain, and continues as new with its tally:
+ * children do not carry over to the next run, so none is in flight at the boundary, and the next run starts at
+ * the first entry not yet handed out. Nothing is lost or started twice across it.
+ *
+ * A document whose workflow ID is taken is decided as every submission decides (inspectRun): finished with this
+ * version (counted, not rerun), under way with it (waited on), or another version's (replaced). Children are
+ * ABANDONed when the batch closes: a document's run is its own checkpoint and outlives the batch that started it.
+ */
+export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
+  const input = parseOrFail(BatchInputSchema, rawInput, 'batch input');
+  const { manifestRef, total, options } = input;
+  const carried = input.carried ?? { next: 0, tally: emptyTally(), failures: [], runs: 1 };
+  const { tally, failures } = carried;
+  let next = carried.next;
+  let running = 0;
+  const open = new Set<string>();
+
+  const progress = (since = 0): BatchProgress => ({
+    total,
+    started: next,
+    running,
+    tally,
+    failures: failures.filter((f) => f.seq > since),
+    unlistedFailures: tally.failed - failures.length,
+    runs: carried.runs,
+    open: [...open].slice(0, OPEN_LISTED),
+    handled,
+  });
+  setHandler(batchProgressQuery, progress);
+
+  const fail = (entry: BatchEntry, workflowId: string, why: { reason: string; step?: StepName }): void => {
+    tally.failed++;
+    if (why.step !== undefined) {
+      tally.steps[why.step].failed++;
+      // Publish runs only after both model steps completed.
+      if (why.step === 'publish')
+        for (const step of STEPS.filter((s) => s !== 'publish')) tally.steps[step].done++;
+    }
+    if (failures.length < MAX_LISTED_FAILURES) {
+      const failure: BatchFailure = {
+        seq: tally.failed,
+        source: entry.source,
+        workflowId,
+        reason: why.reason,
+      };
+      failures.push(why.step === undefined ? failure : { ...failure, step: why.step });
+    }
+  };
+
+  // For small batches, how each document was taken up, in the order it happened: a follower prints one line each.
+  const handled: BatchProgress['handled'] = [];
+  const note = (index: number, workflowId: string, how: BatchProgress['handled'][number]['how']): void => {
+    if (total <= OPEN_LISTED) handled.push({ index, workflowId, how, at: Date.now() });
+  };
+
+  const runDocument = async (entry: BatchEntry, index: number): Promise<void> => {
+    const workflowId = workflowIdFor(entry.documentId);
+    const pipelineInput: PipelineInput = {
+      schemaVersion: INPUT_SCHEMA_VERSION,
+      documentId: entry.documentId,
+      textRef: entry.textRef,
+      title: entry.title,
+      options: options.pipeline,
+    };
+    let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
+    let replaced = false;
+    open.add(workflowId);
+    try {
+      for (let round = 0; round < ROUNDS; round++) {
+        let child;
+        try {
+          child = await startChild<(input: PipelineInput) => Promise<PipelineResult>>('documentPipeline', {
+            workflowId,
+            args: [pipelineInput],
+            memo: { version: entry.textRef, submission: workflowInfo().workflowId },
+            workflowIdReusePolicy: reuse,
+            parentClosePolicy: 'ABANDON',
+          });
+        } catch (err) {
+          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+          const verdict = await inspectRun({ workflowId, version: entry.textRef, rerun: options.rerun });
+          if (verdict.kind === 'completed') {
+            note(index, workflowId, 'done earlier');
+            tally.done++;
+            tally.doneEarlier++;
+            for (const step of STEPS) tally.steps[step].done++;
+            return;
+          }
+          if (verdict.kind === 'running') {
+            note(index, workflowId, 'attached');
+            tally.attached++;
+            const awaited = await awaitRun({ workflowId, runId: verdict.runId });
+            if (awaited.ok) tallyResult(tally, awaited.result);
+            else fail(entry, workflowId, awaited);
+            return;
+          }
+          replaced ||= verdict.replaced;
+          reuse = verdict.reuse;
+          continue;
+        }
+        note(index, workflowId, replaced ? 'replaced' : 'started');
+        if (replaced) tally.replaced++;
+        tallyResult(tally, await child.result());
+        return;
+      }
+      fail(entry, workflowId, {
+        reason:
+          `${workflowId} kept changing while the batch started it (other versions of the document are being ` +
+          'submitted at the same time); submit it again once they are done',
+      });
+    } catch (err) {
+      fail(entry, workflowId, describeFailure(err));
+    } finally {
+      open.delete(workflowId);
+    }
+  };
+
+  // The manifest, a page at a time: only the page under way is held.
+  let page: BatchEntry[] = [];
+  let pageStart = 0;
+  const entryAt = async (index: number): Promise<BatchEntry> => {
+    if (index < pageStart || index >= pageStart + page.length) {
+      page = await readBatchEntries({ manifestRef, offset: index, limit: options.pageSize });
+      pageStart = index;
+    }
+    const entry = page[index - pageStart];
+    if (entry === undefined) {
+      throw ApplicationFailure.create({
+        type: FailureType.InvalidInput,
+        nonRetryable: true,
+        message: `batch manifest ${manifestRef} holds fewer than the ${total} entries the input says; submit again`,
+      });
+    }
+    return entry;
+  };
+  const nearLimits = (): boolean => {
+    const info = workflowInfo();
+    return info.continueAsNewSuggested || info.historyLength >= options.historyBudget;
+  };
+
+  while (next < total) {
+    await condition(() => running < options.window);
+    if (nearLimits()) break;
+    const entry = await entryAt(next);
+    next++;
+    running++;
+    void runDocument(entry, next - 1).finally(() => running--);
+  }
+  await condition(() => running === 0);
+  if (next < total) {
+    await continueAsNew<typeof runBatch>({
+      ...input,
+      carried: { next, tally, failures, runs: carried.runs + 1 },
+    });
+  }
+  return progress();
+}
