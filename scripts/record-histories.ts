@@ -25,6 +25,7 @@ import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import { createPipelineWorker } from '../src/temporal/worker';
 import { documentPipeline } from '../workflows';
+import { devServerArgs } from '../src/temporal/tuning';
 
 const HISTORIES_DIR = path.resolve(__dirname, '..', 'test', 'histories');
 /** A document whose text is not in the blob store: summarize fails without retry, and so does the run. */
@@ -62,7 +63,10 @@ async function run(): Promise<void> {
   }
 
   const env = await TestWorkflowEnvironment.createLocal({
-    server: { executable: resolveTemporalExecutable('cli', config) },
+    server: {
+      executable: resolveTemporalExecutable('cli', config),
+      extraArgs: devServerArgs({ persistent: false }),
+    },
   });
   const { deps, stores, close } = await createDependencies(config);
   try {

@@ -35,6 +35,7 @@ import {
   temporalExecutable,
   workflowBundle,
 } from './helpers';
+import { devServerArgs } from '../src/temporal/tuning';
 
 const OLD_KEY = generateKey();
 const NEW_KEY = generateKey();
@@ -339,7 +340,9 @@ describe('encrypted runs on a real dev server', () => {
   let env: TestWorkflowEnvironment;
 
   before(async () => {
-    env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+    });
   });
   after(async () => {
     await env?.teardown();

@@ -62,6 +62,7 @@ async function workerProcess(env_: Record<string, string>): Promise<WorkerProces
     TEMPORAL_NAMESPACE: env.namespace ?? 'default',
     WORKFLOW_BUNDLE_PATH: bundlePath,
     // Unset whatever the surrounding shell configured: each test chooses its model and target.
+    MODEL: '',
     OPENAI_BASE_URL: '',
     OPENAI_MODEL: '',
     OPENAI_API_KEY: '',

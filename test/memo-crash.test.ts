@@ -32,6 +32,7 @@ import {
   writeWorkflowBundle,
 } from './helpers';
 import type { ModelServer } from './helpers';
+import { devServerArgs } from '../src/temporal/tuning';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(__dirname, '..');
@@ -44,7 +45,9 @@ const workers: WorkerProcess[] = [];
 
 before(async () => {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
-  env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+  env = await TestWorkflowEnvironment.createLocal({
+    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+  });
   dir = tempDir('memo-crash-');
   bundlePath = await writeWorkflowBundle(dir);
   model = await startModelServer((request) =>

@@ -22,6 +22,7 @@ import {
   temporalExecutable,
   writeWorkflowBundle,
 } from './helpers';
+import { devServerArgs } from '../src/temporal/tuning';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();
@@ -33,7 +34,9 @@ describe('SIGTERM during a model call', () => {
   let bundlePath: string;
 
   before(async () => {
-    env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+    });
     defer(() => env.teardown());
     bundlePath = await writeWorkflowBundle(scratchDir(defer, 'shutdown-bundle-'));
   });

@@ -18,13 +18,14 @@ import type { PipelineInput } from '../src/contract';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
 import type { MemoRequest } from '../src/model/memo';
 import { findOpenRuns, InvalidDurationError, parseDuration, sweepUnreferenced } from '../src/runs/retention';
-import type { RunMemo } from '../src/runs/submit';
+import type { RunMemo } from '../src/runs/latest-run';
 import { openStores } from '../src/store/open';
 import type { Stores } from '../src/store/open';
 import { generateKey } from '../src/temporal/codec';
 import { connectClient } from '../src/temporal/connection';
 import { cleanupAfterAll, freePort, scratchDir, temporalExecutable } from './helpers';
 import { freshDatabase } from './postgres';
+import { devServerArgs } from '../src/temporal/tuning';
 
 const defer = cleanupAfterAll();
 const SWEEP_CLI = path.join(__dirname, '..', 'src', 'cli', 'sweep.ts');
@@ -35,7 +36,9 @@ let server: TestWorkflowEnvironment;
 let client: Client;
 
 before(async () => {
-  server = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+  server = await TestWorkflowEnvironment.createLocal({
+    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+  });
   defer(() => server.teardown());
   const connected = await connectClient(loadConfig(temporalEnv()));
   defer(() => connected.close());
@@ -372,7 +375,7 @@ describe('npm run sweep refusals', () => {
     assert.equal(code, 1, stdout);
     assert.match(stderr, new RegExp(`Cannot reach a Temporal server at ${escape(address)}`));
     assert.match(stderr, /Nothing was removed/);
-    assert.match(stderr, /Start it with npm start .*or set TEMPORAL_ADDRESS/);
+    assert.match(stderr, /Start it with npm run server .*or set TEMPORAL_ADDRESS/);
     assert.notEqual(await stores.blobs.get(orphanRef), undefined);
   });
 });

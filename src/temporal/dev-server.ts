@@ -1,12 +1,14 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { z } from 'zod';
-import { describeExecutable, resolveTemporalExecutable } from './binaries';
-import type { Config, DataPaths } from '../config';
+import { ensureTemporalExecutable } from './binaries';
+import { ConfigError } from '../config';
+import type { Config } from '../config';
 import type { TemporalEndpoint } from './connection';
+import { devServerArgs } from './tuning';
 
 export interface TemporalTarget extends TemporalEndpoint {
   /** The Web UI, when known (the embedded server's, or the default dev server's). */
@@ -17,13 +19,18 @@ export interface TemporalTarget extends TemporalEndpoint {
   close(): Promise<void>;
 }
 
+type Log = (line: string) => void;
+
 /**
  * Connects to TEMPORAL_ADDRESS (or the envconfig profile's address, with its TLS and API key) when set.
- * Otherwise uses a server already answering on localhost:7233 (EMBEDDED_TEMPORAL_PORT), or starts an embedded
- * dev server whose database is a file in the data folder, so its histories (the checkpoints) survive a kill of
- * this process and the next run resumes from them.
+ * Otherwise uses a server already answering on localhost:7233 (EMBEDDED_TEMPORAL_PORT), such as `npm run server`,
+ * or starts an embedded dev server whose database is a file in the data folder, so its histories (the checkpoints)
+ * survive a kill of this process and the next run resumes from them.
  */
-export async function connectOrStartTemporal(config: Config): Promise<TemporalTarget> {
+export async function connectOrStartTemporal(
+  config: Config,
+  { log = console.log }: { log?: Log } = {},
+): Promise<TemporalTarget> {
   const noop = async (): Promise<void> => {};
   const configured = config.temporal;
   if (configured.address !== undefined) {
@@ -37,108 +44,243 @@ export async function connectOrStartTemporal(config: Config): Promise<TemporalTa
     };
   }
   const address = `127.0.0.1:${config.embeddedPort}`;
-  const defaultUi = `http://localhost:${config.uiPort}`;
+  const found = { address, namespace: config.temporal.namespace, secure: {}, uiUrl: uiOrigin(config) };
   if (await answers('127.0.0.1', config.embeddedPort)) {
-    // Left running by an earlier `npm start` that was killed? Then it is ours to stop at the end of this run.
-    const orphan = recordedProcess(config.paths.temporalPid);
-    return {
-      address,
-      namespace: config.temporal.namespace,
-      secure: {},
-      uiUrl: defaultUi,
-      origin: orphan === undefined ? 'already running' : 'embedded',
-      close: orphan === undefined ? noop : () => stopProcess(orphan, config.paths.temporalPid),
-    };
+    const recorded = recordedProcess(config.paths.temporalPid);
+    if (recorded !== undefined && !ownerAlive(recorded)) {
+      // Left running by an earlier `npm start` that was killed: it is ours now, to stop at the end of this run.
+      writePidFile(config.paths.temporalPid, recorded.pid, processRecord(process.pid));
+      const untilExit = stopOnExit(recorded.pid, config.paths.temporalPid);
+      const close = async (): Promise<void> => {
+        untilExit.release();
+        await stopProcess(recorded, config.paths.temporalPid);
+      };
+      return { ...found, origin: 'embedded', close };
+    }
+    if (recorded === undefined) checkUnrecordedServer(config, log);
+    return { ...found, origin: 'already running', close: noop };
   }
-  const executable = resolveTemporalExecutable('cli', config);
-  fs.mkdirSync(config.dataDir, { recursive: true });
-  console.log(`Starting the embedded Temporal dev server (${describeExecutable(executable)})...`);
-  const server = {
-    ip: '127.0.0.1',
-    port: config.embeddedPort,
-    uiPort: config.uiPort,
-    namespace: config.temporal.namespace,
-    dbFilename: config.paths.temporal,
-  };
-  const embedded = {
-    address,
-    namespace: config.temporal.namespace,
-    secure: {},
-    uiUrl: defaultUi,
-    origin: 'embedded' as const,
-  };
-  if (executable.type === 'existing-path') {
-    return { ...embedded, close: await startDevServer(executable.path, server, config.paths) };
-  }
-  // No binary here: the SDK downloads the CLI and runs it (its output goes through this process).
-  const env = await TestWorkflowEnvironment.createLocal({ server: { executable, ...server } });
-  return { ...embedded, close: () => env.teardown() };
+  const server = await startEmbeddedServer(config, { log });
+  return { ...found, origin: 'embedded', close: server.stop };
+}
+
+/** The embedded server's Web UI origin. */
+export function uiOrigin(config: Pick<Config, 'uiPort'>): string {
+  return `http://localhost:${config.uiPort}`;
 }
 
 /**
- * Runs `temporal server start-dev` as a child that logs to DATA_DIR/temporal-server.log rather than to this
- * process: if this process is killed with SIGKILL, the server keeps running on its database file (a pipe to a dead
- * parent would kill it at its next log line), and the next `npm start` finds it answering and carries on.
- * Returns the function that stops it.
+ * The last line of `npm start`: the Web UI's link while something serves it (checked now, after the run), otherwise
+ * how to get one. Undefined for a configured server, whose UI this project does not know.
  */
-async function startDevServer(
-  cli: string,
-  server: { ip: string; port: number; uiPort: number; namespace: string; dbFilename: string },
-  files: Pick<DataPaths, 'temporalLog' | 'temporalPid'>,
-): Promise<() => Promise<void>> {
+export async function webUiLine(
+  target: TemporalTarget,
+  config: Pick<Config, 'uiPort'>,
+): Promise<string | undefined> {
+  if (target.uiUrl === undefined) return undefined;
+  if (await answers('127.0.0.1', config.uiPort))
+    return `Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`;
+  return 'Web UI: none now (the embedded server stopped with this run); `npm run server` serves these runs in one.';
+}
+
+export interface EmbeddedServer {
+  pid: number;
+  /** Resolves once the server process has ended, however it ended. */
+  exited: Promise<void>;
+  /** SIGTERM, then wait until it is gone (SIGKILL after 10 s); removes the pid file. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Runs `temporal server start-dev` on the data folder's database as a child in its own process group that logs to
+ * DATA_DIR/temporal-server.log rather than to this process. Its own group: Ctrl-C in the terminal reaches this
+ * process only, which stops the worker first and the server last, so nothing is left polling a dead server. Logs to a
+ * file: if this process is killed with SIGKILL, the server keeps running on its database file (a pipe to a dead parent
+ * would kill it at its next log line), and the next run finds it (the pid file names it) and stops it at its end. Any
+ * other way this process exits stops the server with it.
+ */
+export async function startEmbeddedServer(
+  config: Config,
+  { log = console.log }: { log?: Log } = {},
+): Promise<EmbeddedServer> {
+  const cli = await ensureTemporalExecutable('cli', config, { log });
+  fs.mkdirSync(config.dataDir, { recursive: true });
+  const files = config.paths;
   const logFile = files.temporalLog;
-  const log = fs.openSync(logFile, 'a');
+  const logFd = fs.openSync(logFile, 'a');
   const child = spawn(
     cli,
     [
       'server',
       'start-dev',
       '--ip',
-      server.ip,
+      '127.0.0.1',
       '--port',
-      String(server.port),
+      String(config.embeddedPort),
       '--ui-port',
-      String(server.uiPort),
+      String(config.uiPort),
       '--namespace',
-      server.namespace,
+      config.temporal.namespace,
       '--db-filename',
-      server.dbFilename,
+      files.temporal,
       '--log-level',
       'warn',
+      // Task-queue read rates and the database's write-ahead log: src/temporal/tuning.ts, README.md "Speed".
+      ...devServerArgs({ persistent: true }),
     ],
-    { stdio: ['ignore', log, log] },
+    { stdio: ['ignore', logFd, logFd], detached: true },
   );
-  fs.closeSync(log);
-  if (child.pid !== undefined) writePidFile(files.temporalPid, child.pid);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  fs.closeSync(logFd);
+  const pid = child.pid;
+  if (pid === undefined) {
+    await new Promise<void>((resolve) => child.once('error', () => resolve()));
+    throw new Error(`could not run ${cli}`);
+  }
+  const owner = processRecord(process.pid);
+  writePidFile(files.temporalPid, pid, owner);
   let gone = false;
-  void exited.then(() => (gone = true));
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      gone = true;
+      resolve();
+    }),
+  );
+  const untilExit = stopOnExit(pid, files.temporalPid);
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> =>
+    (stopping ??= (async () => {
+      untilExit.release();
+      fs.rmSync(files.temporalPid, { force: true });
+      if (gone) return;
+      child.kill('SIGTERM');
+      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(killer);
+    })());
+  const address = `127.0.0.1:${config.embeddedPort}`;
   const deadline = Date.now() + 60_000;
-  while (!(await serving(`${server.ip}:${server.port}`, server.namespace))) {
+  while (!(await serving(address, config.temporal.namespace))) {
     if (gone || Date.now() > deadline) {
-      child.kill('SIGKILL');
+      await stop();
       const tail = fs.readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n');
       throw new Error(`the embedded Temporal server did not start; the end of ${logFile}:\n${tail}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  return async () => {
-    fs.rmSync(files.temporalPid, { force: true });
-    if (gone) return;
-    child.kill('SIGTERM');
-    await exited;
+  return { pid, exited, stop };
+}
+
+/**
+ * Sends `pid` a SIGTERM when this process exits while it still runs: after an uncaught error, a config error found
+ * once the server was up, `process.exit` anywhere, a closed stdout (`npm start | head`). Only a SIGKILL of this process
+ * leaves it running, and then the pid file lets the next run stop it. SIGHUP (the terminal closed) exits too.
+ */
+function stopOnExit(pid: number, pidFile: string): { release(): void } {
+  const onExit = (): void => {
+    fs.rmSync(pidFile, { force: true });
+    try {
+      process.kill(pid, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  };
+  const onHangup = (): void => process.exit(129);
+  process.once('exit', onExit);
+  process.once('SIGHUP', onHangup);
+  return {
+    release: () => {
+      process.off('exit', onExit);
+      process.off('SIGHUP', onHangup);
+    },
   };
 }
 
 /**
- * A process as a pid file records it. The ID alone is not enough: the system gives it to another process once this
- * one has ended, so the file also holds what tells the two apart, the start time and the command line.
+ * Something answers on the embedded port and no pid file names it: say which process it is and how to stop it. A
+ * dev server on this data folder's database whose file is gone (the data folder was removed under it) cannot serve
+ * this run: refuse, with the command that stops it.
  */
-const ProcessRecordSchema = z.object({
+function checkUnrecordedServer(config: Config, log: Log): void {
+  const port = config.embeddedPort;
+  const listener = listenerOn(port);
+  const who =
+    listener === undefined
+      ? `a process this user cannot see (find it with \`ss -ltnp 'sport = :${port}'\`)`
+      : `pid ${listener.pid}: ${listener.command}`;
+  const stopIt = listener === undefined ? `stop that process` : `stop it with \`kill ${listener.pid}\``;
+  const ourDatabase = listener?.command.includes(` --db-filename ${config.paths.temporal}`) ?? false;
+  if (ourDatabase && !fs.existsSync(config.paths.temporal)) {
+    throw new ConfigError(
+      `a Temporal server left behind by an earlier run answers on 127.0.0.1:${port} (${who}), but its database ` +
+        `${config.paths.temporal} is gone (was the data folder removed?): ${stopIt}, then run this again`,
+    );
+  }
+  log(
+    `Using the Temporal server that answers on 127.0.0.1:${port} (${who}); ${stopIt} when you are done with it.`,
+  );
+}
+
+/**
+ * The process listening on TCP `port` (any address), read from /proc: the socket's inode in /proc/net/tcp{,6}, then
+ * the process holding a descriptor to it. Undefined off Linux, or when the process belongs to another user.
+ */
+export function listenerOn(port: number): { pid: number; command: string } | undefined {
+  if (process.platform !== 'linux') return undefined;
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = fs.readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      const local = fields[1];
+      // State 0A is LISTEN; field 10 is the socket's inode.
+      if (local?.endsWith(`:${hexPort}`) && fields[3] === '0A' && fields[9] !== undefined)
+        inodes.add(fields[9]);
+    }
+  }
+  if (inodes.size === 0) return undefined;
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[];
+    try {
+      fds = fs.readdirSync(path.join('/proc', entry, 'fd'));
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let target: string;
+      try {
+        target = fs.readlinkSync(path.join('/proc', entry, 'fd', fd));
+      } catch {
+        continue;
+      }
+      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+      if (inode !== undefined && inodes.has(inode)) {
+        const pid = Number(entry);
+        return { pid, command: processRecord(pid)?.command ?? '?' };
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * A process as a pid file records it. The ID alone is not enough: the system gives it to another process once this
+ * one has ended, so the file also holds what tells the two apart, the start time and the command line. `owner` is
+ * the process that started the server (`npm start`, `npm run server`): while it lives the server is in use, once it
+ * is gone the server was left behind.
+ */
+const BareRecordSchema = z.object({
   pid: z.number().int().positive(),
   startTime: z.string(),
   command: z.string(),
 });
+const ProcessRecordSchema = BareRecordSchema.extend({ owner: BareRecordSchema.optional() });
 export type ProcessRecord = z.infer<typeof ProcessRecordSchema>;
 
 /**
@@ -160,18 +302,29 @@ export function processRecord(pid: number): ProcessRecord | undefined {
 }
 
 /** True while `record` names a live process that is still the one recorded. */
-function stillRunning(record: ProcessRecord): boolean {
+function stillRunning(record: Omit<ProcessRecord, 'owner'>): boolean {
   const now = processRecord(record.pid);
   return now?.startTime === record.startTime && now.command === record.command;
+}
+
+/** True while the process that started the recorded server is alive (a record without an owner has none). */
+function ownerAlive(record: ProcessRecord): boolean {
+  return record.owner !== undefined && stillRunning(record.owner);
 }
 
 /**
  * Writes the pid file of the embedded server (DATA_DIR/temporal-server.pid) while it runs, so a later run can stop
  * one left behind, and only that one. `spawn` returns once the child has exec'd, so the command read is the server's.
  */
-export function writePidFile(file: string, pid: number): void {
+export function writePidFile(file: string, pid: number, owner?: ProcessRecord): void {
   const record = processRecord(pid);
-  if (record !== undefined) fs.writeFileSync(file, JSON.stringify(record));
+  if (record === undefined) return;
+  const { pid: ownerPid, startTime, command } = owner ?? {};
+  const withOwner =
+    ownerPid !== undefined && startTime !== undefined && command !== undefined
+      ? { ...record, owner: { pid: ownerPid, startTime, command } }
+      : record;
+  fs.writeFileSync(file, JSON.stringify(withOwner));
 }
 
 /**
@@ -196,7 +349,7 @@ export function recordedProcess(file: string): ProcessRecord | undefined {
  * SIGTERM, then wait (up to 10 s) until the process is gone; removes its pid file. Checked again just before the
  * signal: the run may have lasted hours, long enough for the server to end and its ID to go to another process.
  */
-async function stopProcess(record: ProcessRecord, file: string): Promise<void> {
+export async function stopProcess(record: ProcessRecord, file: string): Promise<void> {
   fs.rmSync(file, { force: true });
   if (!stillRunning(record)) return;
   try {

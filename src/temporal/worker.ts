@@ -4,6 +4,11 @@ import type { DataConverter } from '@temporalio/common';
 import type { NativeConnection, WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import type { ActivityDependencies } from '../../activities';
+import { prebuiltBundle } from './bundle';
+import { attemptReporting } from '../telemetry/attempts';
+import { noMetrics } from '../telemetry/metrics';
+import { activeTracing, WORKFLOW_TRACING_MODULE, workerTracing } from '../telemetry/tracing';
+import type { Tracing } from '../telemetry/tracing';
 
 export interface PipelineWorkerOptions {
   connection: NativeConnection;
@@ -12,10 +17,15 @@ export interface PipelineWorkerOptions {
   deps: ActivityDependencies;
   /** Shown in the history as the worker that ran each step; defaults to `<pid>@<host>`. */
   identity?: string;
-  /** A prebuilt bundle (tests build one per suite); by default the workflows are bundled from source. */
+  /**
+   * A prebuilt bundle (tests build one per suite); by default `npm run build`'s when up to date, else the workflows
+   * are bundled from source. For workflow spans, build it with `workflowInterceptorModules(tracing)`.
+   */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** The payload codec setup (see src/codec.ts); clients of these runs must use the same. */
   dataConverter?: DataConverter;
+  /** Tracing to wire in; by default the process's (installRuntime starts it when OTLP is configured). */
+  tracing?: Tracing | undefined;
 }
 
 /**
@@ -26,9 +36,19 @@ export interface PipelineWorkerOptions {
  */
 export const SHUTDOWN_GRACE_MS = 25_000;
 
+/** The workflow interceptor modules a bundle needs: OpenTelemetry's when tracing, else none. */
+export function workflowInterceptorModules(tracing: Tracing | undefined = activeTracing()): string[] {
+  return tracing === undefined ? [] : [WORKFLOW_TRACING_MODULE];
+}
+
 /** A worker that runs the pipeline workflow and its activities. */
 export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Worker> {
-  const { connection, namespace, taskQueue, deps, identity, workflowBundle, dataConverter } = options;
+  const { connection, namespace, taskQueue, deps, identity, dataConverter } = options;
+  const tracing = 'tracing' in options ? options.tracing : activeTracing();
+  const traced = tracing === undefined ? undefined : workerTracing(tracing);
+  // `npm run build`'s bundle when it is up to date (it has no tracing interceptors: with tracing on, the worker
+  // bundles from source with them); else the workflows are bundled from source at start, as in development.
+  const workflowBundle = options.workflowBundle ?? (tracing === undefined ? prebuiltBundle() : undefined);
   return Worker.create({
     connection,
     namespace,
@@ -37,6 +57,12 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
     activities: createActivities(deps),
     dataConverter,
     shutdownGraceTime: SHUTDOWN_GRACE_MS,
+    interceptors: {
+      // The tracing interceptors come first, so the attempt reporter's log lines carry the step's trace ID.
+      activity: [...(traced?.activity ?? []), attemptReporting(deps.metrics ?? noMetrics)],
+      ...(workflowBundle === undefined ? { workflowModules: workflowInterceptorModules(tracing) } : {}),
+    },
+    ...(traced !== undefined ? { sinks: traced.sinks } : {}),
     ...(workflowBundle !== undefined
       ? { workflowBundle }
       : { workflowsPath: require.resolve('../../workflows') }),

@@ -1,0 +1,26 @@
+/**
+ * `npm run build` (after tsc has compiled the project into dist/): bundles the workflows once into
+ * dist/workflow-bundle.js. Workers load that file instead of bundling at every start (see src/temporal/bundle.ts);
+ * without it, or once a source is newer, they bundle from source.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { runMain } from '../src/lib/run-main';
+import { WORKFLOW_BUNDLE_PATH } from '../src/temporal/bundle';
+
+async function run(): Promise<void> {
+  const started = Date.now();
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../workflows'),
+    logger: { log() {}, trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error },
+  });
+  fs.mkdirSync(path.dirname(WORKFLOW_BUNDLE_PATH), { recursive: true });
+  fs.writeFileSync(WORKFLOW_BUNDLE_PATH, code);
+  const kib = Math.round(code.length / 1024);
+  console.log(
+    `Workflow bundle: ${path.relative(process.cwd(), WORKFLOW_BUNDLE_PATH)}, ${kib} KiB, ${Date.now() - started} ms.`,
+  );
+}
+
+runMain(run);

@@ -1,0 +1,40 @@
+/**
+ * The prebuilt workflow bundle (`npm run build`): a worker takes it only while it is newer than every source it
+ * could hold, so an edit to a workflow is never shadowed by yesterday's bundle.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { prebuiltBundle } from '../src/temporal/bundle';
+import { cleanupAfterAll, scratchDir } from './helpers';
+
+const defer = cleanupAfterAll();
+
+function at(file: string, seconds: number): void {
+  fs.utimesSync(file, seconds, seconds);
+}
+
+describe('prebuiltBundle', () => {
+  it('is none until npm run build made one', () => {
+    const dir = scratchDir(defer, 'bundle-');
+    assert.equal(prebuiltBundle(path.join(dir, 'dist', 'workflow-bundle.js'), [dir]), undefined);
+  });
+
+  it('is the built file while it is newer than every source, and none once a source changed', () => {
+    const dir = scratchDir(defer, 'bundle-');
+    const sources = path.join(dir, 'workflows');
+    fs.mkdirSync(path.join(sources, 'deep'), { recursive: true });
+    const workflow = path.join(sources, 'deep', 'index.ts');
+    fs.writeFileSync(workflow, 'export {};\n');
+    const bundle = path.join(dir, 'workflow-bundle.js');
+    fs.writeFileSync(bundle, '// bundle\n');
+    at(workflow, 1_000);
+    at(bundle, 2_000);
+
+    assert.deepEqual(prebuiltBundle(bundle, [sources]), { codePath: bundle });
+
+    at(workflow, 3_000);
+    assert.equal(prebuiltBundle(bundle, [sources]), undefined);
+  });
+});
