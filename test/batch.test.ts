@@ -10,7 +10,8 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { devServerArgs } from '../src/temporal/tuning';
 import { batch } from '../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
 import type { BatchEntry } from '../src/batch-contract';
@@ -26,6 +27,7 @@ import {
   SAMPLE_TEXT,
   scratchDir,
   tempParts,
+  temporalExecutable,
   timeSkippingEnv,
 } from './helpers';
 import type { LocalParts } from './helpers';
@@ -231,12 +233,46 @@ describe('the batch workflow', () => {
     defer(() => void client.kill('SIGKILL'));
 
     const code = await worker.runUntil(
-      Promise.race([exited, sleep(60_000).then(() => 'still running after 60 s' as const)]),
+      Promise.race([
+        exited,
+        sleep(60_000, undefined, { ref: false }).then(() => 'still running after 60 s' as const),
+      ]),
     );
 
     assert.equal(code, 0, output);
     assert.match(output, /Batch batch-[0-9a-f]+: 3 document\(s\), 16 at a time\./);
     assert.match(output, /3 of 3 document\(s\) published, 0 failed\./);
+  });
+
+  it('says so when no worker polls the task queue, and carries on once one does', async () => {
+    // A dev server: the time-skipping one does not describe task queues (nor wait without skipping time).
+    const dev = await TestWorkflowEnvironment.createLocal({
+      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+    });
+    defer(() => dev.teardown());
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(2);
+    const lines: string[] = [];
+    const said = (pattern: RegExp): boolean => lines.some((l) => pattern.test(l));
+    const processing = processDocuments(dev.client, config, local.blobs, [dir], {
+      everyMs: 200,
+      print: (line) => lines.push(line),
+    });
+
+    for (let waited = 0; !said(/No worker is polling/) && waited < 15_000; waited += 100) await sleep(100);
+    assert.ok(
+      lines.includes(
+        `No worker is polling task queue "${taskQueue}": start one with npm run worker ` +
+          '(the batch waits, nothing is lost).',
+      ),
+      lines.join('\n'),
+    );
+    const worker = await pipelineWorker(dev, taskQueue, local.deps);
+    const report = await worker.runUntil(processing);
+
+    assert.equal(report.exitCode, 0, lines.join('\n'));
+    assert.ok(said(/^A worker is polling task queue ".*": carrying on\.$/), lines.join('\n'));
+    await publishedOnce(local, files);
   });
 
   it('is one batch when the same documents are submitted twice at once', async () => {
