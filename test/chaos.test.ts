@@ -544,7 +544,9 @@ for (const dedupes of [true, false]) {
           if (!ok) problems.push(problem);
         };
         // Each memo key paid once: per provider key (one per run and step), at most one answer sent, unless a
-        // SIGKILL of that host came so soon after the answer that the memo write cannot have happened.
+        // SIGKILL of that host landed while the call was open (the answer went to a dead process: any kill does
+        // that, not only the ones aimed at a model call) or so soon after the answer that the memo write cannot have
+        // happened.
         const answers = new Map<string, ChatRequest[]>();
         for (const request of model.requests) {
           if (request.answeredAt === undefined) continue;
@@ -558,7 +560,7 @@ for (const dedupes of [true, false]) {
             (k) =>
               first?.answeredAt !== undefined &&
               k.host === hostOf(first) &&
-              k.at >= first.answeredAt &&
+              k.at >= first.receivedAt &&
               k.at - first.answeredAt < KILL_WINDOW_MS,
           );
           if (explained) paidAgainInKillWindow += sent.length - 1;
