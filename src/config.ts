@@ -1,11 +1,17 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { chooseModel } from './model/choose';
+import type { ModelSettings } from './model/choose';
 import { DEFAULT_PRICES, PriceTableSchema } from './model/pricing';
 import type { PriceTable } from './model/pricing';
 import { DEFAULT_TASK_QUEUE } from './contract';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
 import type { TemporalSettings } from './temporal/settings';
+
+/** Levels of LOG_LEVEL, from the most to the least verbose. */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** Default ports of the embedded dev server; docker-compose.yml publishes the same ones. */
 export const DEFAULT_TEMPORAL_PORT = 7233;
@@ -60,9 +66,12 @@ const EnvSchema = z.object({
   TEMPORAL_CLI_PATH: optionalText,
   TEMPORAL_TEST_SERVER_PATH: optionalText,
   DATA_DIR: optionalText,
+  MODEL: optionalText,
   OPENAI_BASE_URL: optionalUrl('put the API key in OPENAI_API_KEY'),
   OPENAI_API_KEY: optionalText,
   OPENAI_MODEL: optionalText,
+  ANTHROPIC_BASE_URL: optionalUrl('put the API key in ANTHROPIC_API_KEY'),
+  ANTHROPIC_API_KEY: optionalText,
   MODEL_REQUEST_TIMEOUT_MS: positiveInt(90_000),
   OFFLINE_MODEL_LATENCY_MS: z
     .string()
@@ -118,12 +127,33 @@ const EnvSchema = z.object({
   MEMO_LEASE_SECONDS: positiveInt(30),
   MAX_PROVIDER_ERRORS: positiveInt(6),
   STEP_BUDGET_MINUTES: positiveInt(60),
+  BATCH_WINDOW: positiveInt(16).pipe(z.number().max(1000, 'must be at most 1000 documents at once')),
   OPEN_DELIVERY_POLICY: z
     .string()
     .trim()
     .optional()
     .transform((s) => (s === undefined || s === '' ? 'auto' : s))
     .pipe(z.enum(['auto', 'resend', 'hold'])),
+  LOG_LEVEL: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'info' : s.toLowerCase()))
+    .pipe(z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')}` })),
+  METRICS_PORT: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? undefined : Number(s)))
+    .pipe(z.number().int().min(1).max(65_535).optional()),
+  METRICS_HOST: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? '127.0.0.1' : s)),
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalUrl(
+    'send credentials as headers instead (OTEL_EXPORTER_OTLP_HEADERS, read by the exporter)',
+  ),
 });
 
 export const CONFIG_VARIABLES = EnvSchema.keyof().options;
@@ -162,9 +192,8 @@ export interface Config {
   dataDir: string;
   /** The files in the data folder. */
   paths: DataPaths;
-  model:
-    | { kind: 'offline' }
-    | { kind: 'openai-compatible'; baseUrl: string; apiKey: string | undefined; model: string };
+  /** The offline model, or a provider's model chosen by MODEL (or OPENAI_BASE_URL + OPENAI_MODEL). */
+  model: ModelSettings;
   modelRequestTimeoutMs: number;
   /** Artificial latency of the offline model, to watch crashes land inside model calls (demos, chaos tests). */
   offlineModelLatencyMs: number;
@@ -181,6 +210,8 @@ export interface Config {
   maxProviderErrors: number;
   /** Default overall budget of each step, all retries included: crashes and stalls retry within it, uncapped. */
   stepBudgetMinutes: number;
+  /** Document runs a batch keeps open at once (its sliding window). */
+  batchWindow: number;
   /**
    * What a webhook delivery does when it finds an earlier attempt's claim open (sent, never answered): `resend`
    * (the receiver dedupes by key), `hold` (wait for an operator's verdict), `auto` (resend once the receiver has
@@ -204,6 +235,12 @@ export interface Config {
   publishTargetHost: string;
   /** When set, document IDs are an HMAC of the path under this secret, so IDs reveal nothing guessable. */
   documentIdSecret: string | undefined;
+  /** LOG_LEVEL: the lowest level logged; failures carry their stack traces only at `debug` and `trace`. */
+  logLevel: LogLevel;
+  /** Where a worker serves Prometheus metrics (the Temporal runtime's and the pipeline's); unset: not served. */
+  metrics: { host: string; port: number } | undefined;
+  /** OTLP/HTTP collector that traces are exported to (`/v1/traces` is appended); unset: no tracing. */
+  otlpEndpoint: string | undefined;
 }
 
 /** Thrown for a configuration a person has to fix; the message says which variable and how. */
@@ -219,17 +256,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     throw new ConfigError(`Invalid environment: ${problems}`);
   }
   const e = parsed.data;
-  if (e.OPENAI_BASE_URL === undefined && (e.OPENAI_MODEL !== undefined || e.OPENAI_API_KEY !== undefined)) {
-    throw new ConfigError(
-      'OPENAI_MODEL or OPENAI_API_KEY is set but OPENAI_BASE_URL is not: set OPENAI_BASE_URL ' +
-        '(e.g. https://api.openai.com/v1 or http://localhost:11434/v1) or unset both to use the offline model',
-    );
-  }
-  if (e.OPENAI_BASE_URL !== undefined && e.OPENAI_MODEL === undefined) {
-    throw new ConfigError(
-      'OPENAI_BASE_URL is set but OPENAI_MODEL is not: name the model, e.g. OPENAI_MODEL=gpt-4o-mini',
-    );
-  }
+  const model = chooseModel(e);
+  if ('problem' in model) throw new ConfigError(model.problem);
   const dataDir = path.resolve(cwd, e.DATA_DIR ?? 'data');
   return {
     temporal: readTemporalSettings(env, e.TEMPORAL_NAMESPACE),
@@ -241,18 +269,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     searchPath: env.PATH ?? '',
     dataDir,
     paths: dataPaths(dataDir),
-    model:
-      e.OPENAI_BASE_URL !== undefined && e.OPENAI_MODEL !== undefined
-        ? {
-            kind: 'openai-compatible',
-            baseUrl: e.OPENAI_BASE_URL,
-            apiKey: e.OPENAI_API_KEY,
-            model: e.OPENAI_MODEL,
-          }
-        : { kind: 'offline' },
+    model,
     modelRequestTimeoutMs: e.MODEL_REQUEST_TIMEOUT_MS,
     offlineModelLatencyMs: e.OFFLINE_MODEL_LATENCY_MS,
-    prices: { ...DEFAULT_PRICES, ...e.MODEL_PRICES },
+    // No prototype: a model named `constructor` or `toString` finds no price rather than Object.prototype's.
+    prices: Object.assign(Object.create(null), DEFAULT_PRICES, e.MODEL_PRICES),
     publisher:
       e.PUBLISH_WEBHOOK_URL !== undefined
         ? { kind: 'webhook', url: e.PUBLISH_WEBHOOK_URL }
@@ -263,6 +284,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     memoLeaseMs: e.MEMO_LEASE_SECONDS * 1000,
     maxProviderErrors: e.MAX_PROVIDER_ERRORS,
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
+    batchWindow: e.BATCH_WINDOW,
     openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,
     payloadEncryption: {
       key: e.PAYLOAD_ENCRYPTION_KEY,
@@ -273,5 +295,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     publishSecret: e.PUBLISH_WEBHOOK_SECRET,
     publishTargetHost: e.PUBLISH_TARGET_HOST,
     documentIdSecret: e.DOCUMENT_ID_SECRET,
+    logLevel: e.LOG_LEVEL,
+    metrics: e.METRICS_PORT === undefined ? undefined : { host: e.METRICS_HOST, port: e.METRICS_PORT },
+    otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
   };
 }

@@ -1,24 +1,20 @@
 import type { ActivityDependencies } from '../activities';
 import type { Config } from './config';
 import { blobTextSource } from './documents/text-source';
+import { AiSdkModel } from './model/ai-sdk';
 import { OfflineModel } from './model/offline-model';
-import { OpenAICompatibleModel } from './model/openai-compatible';
 import type { DocumentModel } from './model/types';
 import { StorePublisher } from './publisher/store-publisher';
 import type { Publisher } from './publisher/types';
 import { WebhookPublisher } from './publisher/webhook-publisher';
 import { openStores } from './store/open';
 import type { Stores } from './store/open';
+import { processMetrics } from './telemetry/metrics';
 
-/** The model chosen by the environment: OpenAI-compatible when OPENAI_BASE_URL is set, else the offline one. */
+/** The model chosen by the environment: a provider's when MODEL (or OPENAI_BASE_URL) names one, else offline. */
 export function createModel(config: Config): DocumentModel {
   if (config.model.kind === 'offline') return new OfflineModel(config.offlineModelLatencyMs);
-  return new OpenAICompatibleModel({
-    baseUrl: config.model.baseUrl,
-    model: config.model.model,
-    apiKey: config.model.apiKey,
-    requestTimeoutMs: config.modelRequestTimeoutMs,
-  });
+  return new AiSdkModel(config.model, config.modelRequestTimeoutMs);
 }
 
 /** Parts a caller may swap for its own (a test's scripted model, a publisher that crashes on purpose). */
@@ -60,10 +56,13 @@ export async function createDependencies(
       model: overrides.model ?? createModel(config),
       publisher,
       memo: stores.memo,
+      blobs: stores.blobs,
       texts: blobTextSource(stores.blobs, config.maxDocumentBytes),
       prices: config.prices,
       memoLeaseMs: config.memoLeaseMs,
       maxProviderErrors: config.maxProviderErrors,
+      // Counted in this process's registry; the worker's metrics page (METRICS_PORT) serves it.
+      metrics: processMetrics().metrics,
     },
     stores,
     close: () => stores.close(),

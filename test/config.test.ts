@@ -76,11 +76,83 @@ describe('loadConfig', () => {
     });
 
     assert.deepEqual(config.model, {
-      kind: 'openai-compatible',
+      kind: 'remote',
+      provider: 'openai-compatible',
       baseUrl: 'http://localhost:11434/v1',
       model: 'llama3.2',
       apiKey: 'sk-test',
+      variables: { model: 'OPENAI_MODEL', baseUrl: 'OPENAI_BASE_URL', apiKey: 'OPENAI_API_KEY' },
     });
+  });
+
+  it('chooses the provider and model from MODEL, each provider at its own default address', () => {
+    const chosen = (env: Record<string, string>) => {
+      const { model } = loadConfig(env);
+      return model.kind === 'remote'
+        ? [model.provider, model.model, model.baseUrl, model.apiKey]
+        : [model.kind];
+    };
+    assert.deepEqual(chosen({ MODEL: 'offline' }), ['offline']);
+    assert.deepEqual(chosen({ MODEL: 'openai:gpt-4o-mini', OPENAI_API_KEY: 'sk-1' }), [
+      'openai',
+      'gpt-4o-mini',
+      'https://api.openai.com/v1',
+      'sk-1',
+    ]);
+    assert.deepEqual(chosen({ MODEL: 'anthropic:claude-haiku-4-5', ANTHROPIC_API_KEY: 'sk-ant-1' }), [
+      'anthropic',
+      'claude-haiku-4-5',
+      'https://api.anthropic.com/v1',
+      'sk-ant-1',
+    ]);
+    // Split at the first colon: Ollama's tags stay in the model name.
+    assert.deepEqual(chosen({ MODEL: 'ollama:llama3.1:8b' }), [
+      'ollama',
+      'llama3.1:8b',
+      'http://localhost:11434/v1',
+      undefined,
+    ]);
+    assert.deepEqual(
+      chosen({ MODEL: 'ollama:llama3.1', OPENAI_BASE_URL: 'http://host.docker.internal:11434/v1' }),
+      ['ollama', 'llama3.1', 'http://host.docker.internal:11434/v1', undefined],
+    );
+    assert.deepEqual(
+      chosen({
+        MODEL: 'anthropic:claude-haiku-4-5',
+        ANTHROPIC_API_KEY: 'k',
+        ANTHROPIC_BASE_URL: 'http://gw/v1',
+      }),
+      ['anthropic', 'claude-haiku-4-5', 'http://gw/v1', 'k'],
+    );
+    assert.deepEqual(chosen({ MODEL: 'openai-compatible:qwen', OPENAI_BASE_URL: 'http://vllm:8000/v1' }), [
+      'openai-compatible',
+      'qwen',
+      'http://vllm:8000/v1',
+      undefined,
+    ]);
+  });
+
+  it('refuses a MODEL it cannot use, saying what to set', () => {
+    assertConfigError(
+      () => loadConfig({ MODEL: 'gpt-4o-mini' }),
+      /MODEL must be "offline" or "<provider>:<model>", one of openai:gpt-4o-mini, anthropic:claude-haiku-4-5/,
+    );
+    assertConfigError(() => loadConfig({ MODEL: 'mistral:large' }), /"mistral" is no provider/);
+    assertConfigError(() => loadConfig({ MODEL: 'openai:' }), /MODEL must be/);
+    assertConfigError(
+      () => loadConfig({ MODEL: 'openai:gpt-4o-mini' }),
+      /needs an API key: set OPENAI_API_KEY/,
+    );
+    assertConfigError(() => loadConfig({ MODEL: 'anthropic:claude-haiku-4-5' }), /set ANTHROPIC_API_KEY/);
+    assertConfigError(() => loadConfig({ MODEL: 'openai-compatible:qwen' }), /needs OPENAI_BASE_URL: set it/);
+    assertConfigError(
+      () => loadConfig({ MODEL: 'ollama:llama3.1', OPENAI_MODEL: 'llama3.1' }),
+      /MODEL and OPENAI_MODEL are both set/,
+    );
+    assertConfigError(
+      () => loadConfig({ ANTHROPIC_BASE_URL: 'https://u:sk@gw.example.com/v1' }),
+      /ANTHROPIC_BASE_URL: must not carry a user name or password .*put the API key in ANTHROPIC_API_KEY/,
+    );
   });
 
   it('selects the webhook publisher when PUBLISH_WEBHOOK_URL is set, and resolves DATA_DIR against cwd', () => {
@@ -233,7 +305,10 @@ describe('resolveTemporalExecutable', () => {
     const binary = file(second, 'temporal', 0o755);
 
     assert.deepEqual(
-      resolveTemporalExecutable('cli', loadConfig({ PATH: [first, second].join(path.delimiter) })),
+      resolveTemporalExecutable('cli', loadConfig({ PATH: [first, second].join(path.delimiter) }), {
+        toolsDir: scratch(),
+        downloadDir: scratch(),
+      }),
       {
         type: 'existing-path',
         path: binary,
@@ -245,7 +320,8 @@ describe('resolveTemporalExecutable', () => {
     const empty = scratch();
     file(empty, 'temporal', 0o755); // the CLI, not the test server
 
-    assert.deepEqual(resolveTemporalExecutable('test-server', loadConfig({ PATH: empty })), {
+    const places = { toolsDir: scratch(), downloadDir: scratch() };
+    assert.deepEqual(resolveTemporalExecutable('test-server', loadConfig({ PATH: empty }), places), {
       type: 'cached-download',
     });
   });

@@ -8,10 +8,13 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import ts from 'typescript';
 import { parse } from 'yaml';
+import { DYNAMIC_CONFIG } from '../src/temporal/tuning';
 import { SHUTDOWN_GRACE_MS } from '../src/temporal/worker';
 import { z } from 'zod';
 import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/contract';
+import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
+import { DASHBOARD_FILE, dashboardQueries } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -411,10 +414,12 @@ describe('docker-compose.yml', () => {
     };
     const config = loadConfig(containerEnvironment(service(loadCompose(), 'worker'), host), '/app');
     assert.deepEqual(config.model, {
-      kind: 'openai-compatible',
+      kind: 'remote',
+      provider: 'openai-compatible',
       baseUrl: host.OPENAI_BASE_URL,
       apiKey: host.OPENAI_API_KEY,
       model: host.OPENAI_MODEL,
+      variables: { model: 'OPENAI_MODEL', baseUrl: 'OPENAI_BASE_URL', apiKey: 'OPENAI_API_KEY' },
     });
     assert.deepEqual(config.publisher, { kind: 'webhook', url: host.PUBLISH_WEBHOOK_URL });
   });
@@ -463,6 +468,21 @@ describe('docker-compose.yml', () => {
     );
   });
 
+  it('gives the Temporal server the dynamic config every dev server of the project gets', () => {
+    const temporal = service(loadCompose(), 'temporal');
+    const file = rawEnvironment(temporal).get('DYNAMIC_CONFIG_FILE_PATH');
+    assert.ok(file !== undefined, 'temporal sets no DYNAMIC_CONFIG_FILE_PATH');
+    const mount = (temporal.volumes ?? []).find((v) => typeof v === 'string' && v.split(':')[1] === file);
+    assert.ok(typeof mount === 'string', `nothing is mounted at ${file}`);
+    const dynamic = z
+      .record(z.string(), z.array(z.object({ value: z.unknown() })).length(1))
+      .parse(parse(fs.readFileSync(path.join(ROOT, mount.split(':')[0] ?? ''), 'utf8')));
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(dynamic).map(([key, [setting]]) => [key, setting?.value])),
+      DYNAMIC_CONFIG,
+    );
+  });
+
   it('pins every image to a tag', () => {
     const compose = loadCompose();
     const refs: string[] = [];
@@ -479,6 +499,106 @@ describe('docker-compose.yml', () => {
       assert.ok(digest || (tag !== undefined && tag !== '' && tag !== 'latest'), `${ref} is not pinned`);
     }
     assert.match(service(compose, 'temporal').image ?? '', /^temporalio\/auto-setup:1\.2\d\.\d+/);
+  });
+});
+
+describe('docker-compose.yml: observability', () => {
+  /** The host file a service mounts at `target` (or a folder above it), resolved against the compose file. */
+  function mountedFile(s: Service, target: string): string {
+    const mount = bindMounts(s).find((m) => target === m.target || target.startsWith(`${m.target}/`));
+    assert.ok(mount, `nothing is mounted at ${target}`);
+    const file = path.join(path.resolve(ROOT, mount.source), path.posix.relative(mount.target, target));
+    assert.ok(fs.existsSync(file), `${file} is mounted at ${target} but does not exist`);
+    return file;
+  }
+
+  const workerConfig = () => loadConfig(containerEnvironment(service(loadCompose(), 'worker'), {}), '/app');
+
+  it('runs Prometheus, Grafana and Jaeger with their pages on 127.0.0.1', () => {
+    const compose = loadCompose();
+    for (const [name, port] of [
+      ['prometheus', 9090],
+      ['grafana', 3000],
+      ['jaeger', 16686],
+    ] as const) {
+      const page = portMappings(service(compose, name)).find((p) => p.target === port);
+      assert.ok(page, `${name} does not publish its page (${port})`);
+      assert.equal(page.hostIp, '127.0.0.1');
+      assert.ok(
+        networksOf(service(compose, name)).includes('pipeline'),
+        `${name} is not on the pipeline network`,
+      );
+    }
+  });
+
+  it("has Prometheus scrape every worker replica on the port the worker's metrics page listens on", () => {
+    const compose = loadCompose();
+    const config = workerConfig();
+    assert.ok(config.metrics, 'the compose worker serves no metrics page (METRICS_PORT)');
+    assert.equal(
+      config.metrics.host,
+      '0.0.0.0',
+      'the metrics page is unreachable from the prometheus service',
+    );
+    const file = mountedFile(service(compose, 'prometheus'), '/etc/prometheus/prometheus.yml');
+    const Scrape = z.object({
+      scrape_configs: z.array(
+        z.object({
+          job_name: z.string(),
+          dns_sd_configs: z.array(z.object({ names: z.array(z.string()), port: z.number() })).optional(),
+          static_configs: z.array(z.object({ targets: z.array(z.string()) })).optional(),
+        }),
+      ),
+    });
+    const targets = Scrape.parse(parse(fs.readFileSync(file, 'utf8'))).scrape_configs.flatMap((job) => [
+      ...(job.dns_sd_configs ?? []).flatMap((d) => d.names.map((n) => `${n}:${d.port}`)),
+      ...(job.static_configs ?? []).flatMap((c) => c.targets),
+    ]);
+    assert.ok(
+      targets.includes(`worker:${config.metrics.port}`),
+      `prometheus scrapes ${targets.join(', ')}, not worker:${config.metrics.port}`,
+    );
+  });
+
+  it("sends the worker's traces to Jaeger's OTLP/HTTP port unless the host names a collector", () => {
+    const endpoint = new URL(workerConfig().otlpEndpoint ?? 'http://none');
+    assert.equal(endpoint.hostname, 'jaeger');
+    assert.equal(endpoint.port, '4318');
+    const host = { OTEL_EXPORTER_OTLP_ENDPOINT: 'https://otel.example.test' };
+    const config = loadConfig(containerEnvironment(service(loadCompose(), 'worker'), host), '/app');
+    assert.equal(config.otlpEndpoint, host.OTEL_EXPORTER_OTLP_ENDPOINT);
+  });
+
+  it('provisions Grafana with Prometheus and the dashboard, which queries every pipeline metric and no other', () => {
+    const grafana = service(loadCompose(), 'grafana');
+    const provisioning = mountedFile(grafana, '/etc/grafana/provisioning');
+    const Datasources = z.object({ datasources: z.array(z.object({ type: z.string(), url: z.string() })) });
+    const sources = Datasources.parse(
+      parse(fs.readFileSync(path.join(provisioning, 'datasources', 'datasources.yml'), 'utf8')),
+    ).datasources;
+    const prometheus = sources.find((d) => d.type === 'prometheus');
+    assert.equal(prometheus?.url, 'http://prometheus:9090');
+    const Providers = z.object({ providers: z.array(z.object({ options: z.object({ path: z.string() }) })) });
+    const [provider] = Providers.parse(
+      parse(fs.readFileSync(path.join(provisioning, 'dashboards', 'dashboards.yml'), 'utf8')),
+    ).providers;
+    assert.ok(provider, 'no dashboard provider');
+    const dashboards = mountedFile(grafana, provider.options.path);
+    assert.equal(path.join(dashboards, path.basename(DASHBOARD_FILE)), DASHBOARD_FILE);
+
+    const { metricNames } = dashboardQueries();
+    const registered = new Set<string>(PIPELINE_METRIC_NAMES);
+    const pipeline = [...metricNames].filter((n) => n.startsWith('pipeline_'));
+    assert.deepEqual(
+      pipeline.filter((n) => !registered.has(n)),
+      [],
+      'the dashboard queries pipeline metrics the code does not register',
+    );
+    assert.deepEqual(
+      PIPELINE_METRIC_NAMES.filter((n) => !metricNames.has(n)),
+      [],
+      'the dashboard leaves pipeline metrics out',
+    );
   });
 });
 

@@ -17,13 +17,14 @@ import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
 import type { Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
+import { z } from 'zod';
 import type { ActivityDependencies } from '../activities';
 import { completion, startModelServer } from '../src/cli/demo/model-server';
 import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli/demo/model-server';
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
-import { INPUT_SCHEMA_VERSION } from '../src/contract';
+import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema } from '../src/contract';
 import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
@@ -31,7 +32,9 @@ import { relay } from '../src/cli/demo/link';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
-import { OpenAICompatibleModel } from '../src/model/openai-compatible';
+import { AiSdkModel } from '../src/model/ai-sdk';
+import { remoteModel } from '../src/model/choose';
+import { openaiCompatible } from '../src/model/provider-openai-compatible';
 import type { DocumentModel } from '../src/model/types';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { SqliteDeliveryLedger } from '../src/publisher/ledger';
@@ -323,12 +326,14 @@ export async function pipelineInput(
     options = {},
   }: { documentId?: string; options?: Partial<PipelineOptions> } = {},
 ): Promise<PipelineInput> {
+  // Complete, as the project's clients send it (options a test wants refused go as they are).
+  const complete = PipelineOptionsSchema.safeParse(options);
   return {
     schemaVersion: INPUT_SCHEMA_VERSION,
     documentId,
     textRef: await blobs.put(Buffer.from(text, 'utf8')),
     title: `Test document ${documentId}`,
-    options,
+    options: complete.success ? complete.data : options,
   };
 }
 
@@ -358,13 +363,15 @@ export async function modelServerFor(defer: Defer, script: ChatScript): Promise<
 export function openAIModel(
   server: { baseUrl: string },
   options: { model?: string; apiKey?: string | undefined; requestTimeoutMs?: number } = {},
-): OpenAICompatibleModel {
-  return new OpenAICompatibleModel({
-    baseUrl: server.baseUrl,
-    model: options.model ?? 'test-model',
-    apiKey: 'apiKey' in options ? options.apiKey : 'test-key',
-    requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
-  });
+): AiSdkModel {
+  return new AiSdkModel(
+    remoteModel(openaiCompatible, {
+      baseUrl: server.baseUrl,
+      model: options.model ?? 'test-model',
+      apiKey: 'apiKey' in options ? options.apiKey : 'test-key',
+    }),
+    options.requestTimeoutMs ?? 5_000,
+  );
 }
 
 /** True for a tag step's request (its prompt asks for topic tags). */
@@ -421,3 +428,41 @@ export async function freePort(): Promise<number> {
 export { closeServer, listenOnLoopback };
 export { completion, startModelServer } from '../src/cli/demo/model-server';
 export type { ChatReply, ChatRequest, ChatScript, ModelServer };
+
+// ---------------------------------------------------------------------------------------------------------------
+// Observability: the compose dashboard's queries
+// ---------------------------------------------------------------------------------------------------------------
+
+/** The Grafana dashboard docker-compose provisions. */
+export const DASHBOARD_FILE = path.join(
+  __dirname,
+  '..',
+  'deploy',
+  'grafana',
+  'dashboards',
+  'document-pipeline.json',
+);
+
+/**
+ * The metric names the dashboard's PromQL queries read, with a histogram's `_bucket`, `_sum` and `_count` taken off
+ * (the name its page declares), and each panel's title with its queries.
+ */
+export function dashboardQueries(): {
+  panels: { title: string; exprs: string[] }[];
+  metricNames: Set<string>;
+} {
+  const Dashboard = z.object({
+    panels: z.array(
+      z.object({ title: z.string(), targets: z.array(z.object({ expr: z.string() })).min(1) }).loose(),
+    ),
+  });
+  const dashboard = Dashboard.parse(JSON.parse(fs.readFileSync(DASHBOARD_FILE, 'utf8')));
+  const panels = dashboard.panels.map((p) => ({ title: p.title, exprs: p.targets.map((t) => t.expr) }));
+  const metricNames = new Set(
+    panels
+      .flatMap((p) => p.exprs)
+      .flatMap((expr) => [...expr.matchAll(/\b((?:pipeline|temporal|process|nodejs)_[a-z0-9_]+)\b/g)])
+      .map((m) => (m[1] ?? '').replace(/_(bucket|sum|count)$/, '')),
+  );
+  return { panels, metricNames };
+}

@@ -54,7 +54,7 @@ async function run(): Promise<void> {
   } catch (err) {
     refuse(
       `Cannot reach a Temporal server at ${address} (${messageOf(err)})`,
-      'Start it with npm start (or temporal server start-dev), or set TEMPORAL_ADDRESS.',
+      'Start it with npm run server (the embedded server on the data folder), or set TEMPORAL_ADDRESS.',
     );
     return;
   }

@@ -240,17 +240,31 @@ async function followBatch(
   const watchdog = new WorkerWatchdog(client, taskQueue, (line) => display.log(line));
   try {
     while (final === undefined && failure === undefined) {
-      try {
-        const progress = await handle.query(batchProgressQuery, display.seenFailures);
+      // A query waits for a worker to answer it: while none does, the watchdog looks at the task queue.
+      const asked = handle.query(batchProgressQuery, display.seenFailures).then(
+        (progress) => progress,
+        () => undefined,
+      );
+      let progress = await Promise.race([
+        asked,
+        ended.then(() => undefined),
+        sleep(3_000).then(() => 'slow' as const),
+      ]);
+      while (progress === 'slow') {
+        await watchdog.check();
+        progress = await Promise.race([
+          asked,
+          ended.then(() => undefined),
+          sleep(3_000).then(() => 'slow' as const),
+        ]);
+      }
+      if (progress !== undefined) {
         display.update(progress);
         watchdog.answered();
         if (options.perDocument !== undefined) {
           showHandled(progress);
           await showDocuments(client, progress.open, titles, shown, (l) => display.log(l));
         }
-      } catch {
-        // No worker answered in time, or the batch just ended: the watchdog says which, the result tells.
-        await watchdog.check();
       }
       await Promise.race([ended, sleep(options.everyMs)]);
     }
@@ -295,7 +309,6 @@ async function showDocuments(
  */
 class WorkerWatchdog {
   private warned = false;
-  private readonly since = Date.now();
 
   constructor(
     private readonly client: Client,
@@ -309,7 +322,7 @@ class WorkerWatchdog {
   }
 
   async check(): Promise<void> {
-    if (this.warned || Date.now() - this.since < 3_000) return;
+    if (this.warned) return;
     let pollers: number;
     try {
       const described = await this.client.workflowService.describeTaskQueue({
