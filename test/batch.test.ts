@@ -41,6 +41,21 @@ before(async () => {
   env = await timeSkippingEnv(defer);
 });
 
+/**
+ * A dev server, for what the time-skipping one does not do: describe task queues, and let two clients wait on one
+ * batch (it skips time for each waiting client, far enough to time the batch out).
+ */
+let dev: Promise<TestWorkflowEnvironment> | undefined;
+function devServer(): Promise<TestWorkflowEnvironment> {
+  dev ??= TestWorkflowEnvironment.createLocal({
+    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+  }).then((created) => {
+    defer(() => created.teardown());
+    return created;
+  });
+  return dev;
+}
+
 /** `count` distinct documents in a fresh folder, named doc-00.md, doc-01.md, ... */
 function folderOf(count: number, tag = randomUUID()): { dir: string; files: string[] } {
   const dir = scratchDir(defer, 'batch-docs-');
@@ -245,11 +260,7 @@ describe('the batch workflow', () => {
   });
 
   it('says so when no worker polls the task queue, and carries on once one does', async () => {
-    // A dev server: the time-skipping one does not describe task queues (nor wait without skipping time).
-    const dev = await TestWorkflowEnvironment.createLocal({
-      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-    });
-    defer(() => dev.teardown());
+    const dev = await devServer();
     const { local, taskQueue, config } = await setup();
     const { dir, files } = folderOf(2);
     const lines: string[] = [];
@@ -276,14 +287,15 @@ describe('the batch workflow', () => {
   });
 
   it('is one batch when the same documents are submitted twice at once', async () => {
+    const dev = await devServer();
     const { local, taskQueue, config } = await setup();
     const { dir, files } = folderOf(4);
-    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const worker = await pipelineWorker(dev, taskQueue, local.deps);
 
     const [a, b] = await worker.runUntil(
       Promise.all([
-        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
-        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+        processDocuments(dev.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+        processDocuments(dev.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
       ]),
     );
 

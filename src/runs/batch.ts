@@ -238,13 +238,18 @@ async function followBatch(
     handledShown = Math.max(handledShown, progress.handled.length);
   };
   const watchdog = new WorkerWatchdog(client, taskQueue, (line) => display.log(line));
+  // The query in flight: each is bounded (a query waits for a worker to answer it), and the last one is awaited
+  // before the follow ends, so no call outlives it (nor retries on a connection its caller closes next).
+  let asked: Promise<BatchProgress | undefined> = Promise.resolve(undefined);
   try {
     while (final === undefined && failure === undefined) {
-      // A query waits for a worker to answer it: while none does, the watchdog looks at the task queue.
-      const asked = handle.query(batchProgressQuery, display.seenFailures).then(
-        (progress) => progress,
-        () => undefined,
-      );
+      // While no worker answers, the watchdog looks at the task queue.
+      asked = client.connection
+        .withDeadline(Date.now() + 10_000, () => handle.query(batchProgressQuery, display.seenFailures))
+        .then(
+          (progress) => progress,
+          () => undefined,
+        );
       let progress = await Promise.race([
         asked,
         ended.then(() => undefined),
@@ -269,6 +274,7 @@ async function followBatch(
       await Promise.race([ended, sleep(options.everyMs)]);
     }
   } finally {
+    await asked;
     display.stop();
   }
   if (failure !== undefined)
