@@ -16,7 +16,7 @@ import type { ProgressOutput } from './batch-progress';
 import { withDecodedResults } from './decode-history';
 import { recoveryReport } from './history';
 import type { RecoveryReport } from './history';
-import { printOutcomes } from './result-table';
+import { exitCodeOf, printOutcomes } from './result-table';
 import type { DocumentOutcome } from './result-table';
 import { describeProgress } from './submit';
 
@@ -80,7 +80,7 @@ export async function processDocuments(
       batchId: undefined,
       outcomes: rejected,
       tally: undefined,
-      exitCode: rejected.length > 0 ? 1 : 0,
+      exitCode: exitCodeOf(rejected.length, 0),
     };
   }
 
@@ -139,7 +139,7 @@ export async function processDocuments(
     batchId,
     outcomes,
     tally: final.tally,
-    exitCode: failed > 0 ? 1 : final.tally.superseded > 0 ? 3 : 0,
+    exitCode: exitCodeOf(failed, final.tally.superseded),
   };
 }
 

@@ -31,8 +31,16 @@ export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
  */
 export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
   const statuses = outcomes.map(documentStatus);
-  if (statuses.includes('failed')) return 1;
-  return statuses.includes('superseded') ? 3 : 0;
+  return exitCodeOf(
+    statuses.filter((s) => s === 'failed').length,
+    statuses.filter((s) => s === 'superseded').length,
+  );
+}
+
+/** exitCodeFor from counts, for a batch that counted its documents rather than listing them. */
+export function exitCodeOf(failed: number, superseded: number): number {
+  if (failed > 0) return 1;
+  return superseded > 0 ? 3 : 0;
 }
 
 /** The status column: `published r2`, `SUPERSEDED by r3`, `FAILED`. */
