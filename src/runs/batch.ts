@@ -250,18 +250,12 @@ async function followBatch(
           (progress) => progress,
           () => undefined,
         );
-      let progress = await Promise.race([
-        asked,
-        ended.then(() => undefined),
-        sleep(3_000).then(() => 'slow' as const),
-      ]);
+      const answer = (): Promise<BatchProgress | undefined | 'slow'> =>
+        Promise.race([asked, ended.then(() => undefined), sleep(3_000).then(() => 'slow' as const)]);
+      let progress = await answer();
       while (progress === 'slow') {
         await watchdog.check();
-        progress = await Promise.race([
-          asked,
-          ended.then(() => undefined),
-          sleep(3_000).then(() => 'slow' as const),
-        ]);
+        progress = await answer();
       }
       if (progress !== undefined) {
         display.update(progress);
