@@ -4,68 +4,20 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { PipelineResult } from '../src/contract';
 import { cut, titleWidth } from '../src/runs/columns';
 import { printOutcomes } from '../src/runs/result-table';
-import type { DocumentOutcome } from '../src/runs/result-table';
+import { publishedOutcome } from './helpers';
 
-const model = { provider: 'offline', model: 'extractive-wink-nlp' } as const;
 const usage = { inputTokens: 1200, outputTokens: 85 };
-
-function outcome(title: string, tags: string[]): DocumentOutcome {
-  const result: PipelineResult = {
-    documentId: 'd',
-    title,
-    summary: { summary: 'A summary.', idempotencyKey: 'r:summarize', model, usage, memoised: false },
-    tags: { tags, idempotencyKey: 'r:tag', model, usage, memoised: false },
-    publication: {
-      idempotencyKey: 'r:publish',
-      target: 'sqlite',
-      documentId: 'd',
-      revision: 1,
-      duplicate: false,
-    },
-  };
-  const step = {
-    attempts: 1,
-    worker: 'w',
-    lastFailure: undefined,
-    idempotencyKey: 'k',
-    scheduledAt: 1,
-    completedAt: 2,
-    timeLostMs: 0,
-    skippedOnResume: false,
-    doneEarlier: false,
-    memoised: false,
-    usage: undefined,
-    estimatedCostUsd: undefined,
-  };
-  const steps = (['summarize', 'tag', 'publish'] as const).map((name) => ({
-    ...step,
-    step: name,
-    status: 'completed' as const,
-  }));
-  return {
-    source: `${title}.md`,
-    title,
-    workflowId: 'document-d',
-    result,
-    error: undefined,
-    report: { runId: 'r', steps, workers: ['w'] },
-  };
-}
 
 describe('the result table', () => {
   const long = 'A Very Long Title About Durable Execution, Checkpoints and Idempotency Keys in Practice';
   const outcomes = [
-    outcome(long, [
-      'durable execution',
-      'checkpoint',
-      'idempotency key',
-      'workflow history',
-      'activity retry',
-    ]),
-    outcome('Short', ['one']),
+    publishedOutcome(long, {
+      tags: ['durable execution', 'checkpoint', 'idempotency key', 'workflow history', 'activity retry'],
+      usage,
+    }),
+    publishedOutcome('Short', { tags: ['one'], usage }),
   ];
 
   for (const columns of [80, 120]) {

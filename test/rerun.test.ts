@@ -6,50 +6,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseRunArgs } from '../src/cli/args';
 import { ConfigError } from '../src/config';
-import type { ModelInfo, PipelineResult } from '../src/contract';
 import { printOutcomes } from '../src/runs/result-table';
-import type { DocumentOutcome } from '../src/runs/result-table';
-
-function outcome(title: string, model: ModelInfo, doneEarlier: boolean): DocumentOutcome {
-  const usage = { inputTokens: 10, outputTokens: 2 };
-  const result: PipelineResult = {
-    documentId: title,
-    title,
-    summary: { summary: 'S.', idempotencyKey: 'r:summarize', model, usage, memoised: false },
-    tags: { tags: ['t'], idempotencyKey: 'r:tag', model, usage, memoised: false },
-    publication: {
-      idempotencyKey: 'r:publish',
-      target: 'sqlite',
-      documentId: title,
-      revision: 1,
-      duplicate: false,
-    },
-  };
-  const steps = (['summarize', 'tag', 'publish'] as const).map((step) => ({
-    step,
-    status: 'completed' as const,
-    attempts: 1,
-    worker: 'w',
-    lastFailure: undefined,
-    idempotencyKey: `r:${step}`,
-    scheduledAt: 1,
-    completedAt: 2,
-    timeLostMs: 0,
-    skippedOnResume: false,
-    doneEarlier,
-    memoised: false,
-    usage: undefined,
-    estimatedCostUsd: undefined,
-  }));
-  return {
-    source: `${title}.md`,
-    title,
-    workflowId: `document-${title}`,
-    result,
-    error: undefined,
-    report: { runId: 'r', steps, workers: ['w'] },
-  };
-}
+import { publishedOutcome } from './helpers';
 
 const offline = { provider: 'offline', model: 'extractive-wink-nlp' };
 const haiku = { provider: 'anthropic', model: 'claude-haiku-4-5' };
@@ -72,10 +30,17 @@ describe('--rerun', () => {
 describe('the result table on results produced earlier', () => {
   it('marks them, names their model, and suggests --rerun when the workers use another model now', () => {
     const lines: string[] = [];
-    printOutcomes([outcome('old', offline, true), outcome('new', haiku, false)], (l) => lines.push(l), {
-      columns: 120,
-      configuredModel: haiku,
-    });
+    printOutcomes(
+      [
+        publishedOutcome('old', { model: offline, doneEarlier: true }),
+        publishedOutcome('new', { model: haiku }),
+      ],
+      (l) => lines.push(l),
+      {
+        columns: 120,
+        configuredModel: haiku,
+      },
+    );
     const log = lines.join('\n');
     assert.match(lines.find((l) => l.startsWith('old')) ?? '', /published r1, earlier\s+offline/);
     assert.match(lines.find((l) => l.startsWith('new')) ?? '', /published r1\s+anthropic\/claude-haiku-4-5/);
@@ -88,7 +53,9 @@ describe('the result table on results produced earlier', () => {
 
   it('does not suggest --rerun when the earlier results came from the configured model', () => {
     const lines: string[] = [];
-    printOutcomes([outcome('old', offline, true)], (l) => lines.push(l), { configuredModel: offline });
+    printOutcomes([publishedOutcome('old', { model: offline, doneEarlier: true })], (l) => lines.push(l), {
+      configuredModel: offline,
+    });
     assert.doesNotMatch(lines.join('\n'), /add --rerun/);
   });
 });
