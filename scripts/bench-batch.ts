@@ -18,7 +18,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { loadConfig } from '../src/config';
 import { runMain } from '../src/lib/run-main';
+import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { peakMiB } from './memory';
 import { devServerArgs } from '../src/temporal/tuning';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -44,16 +47,6 @@ function writeDocuments(dir: string, count: number): void {
     const start = (i * 997) % Math.max(1, text.length - 4000);
     const body = text.slice(start, start + 1000 + ((i * 131) % 3000));
     fs.writeFileSync(path.join(dir, `doc-${String(i).padStart(5, '0')}.md`), `# Document ${i}\n\n${body}\n`);
-  }
-}
-
-function peakMiB(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const kib = /VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
-    return kib === undefined ? 0 : Number(kib) / 1024;
-  } catch {
-    return 0;
   }
 }
 
@@ -85,7 +78,7 @@ async function runClient(
   const client = tsx('src/cli/pipeline.ts', env, [dir]);
   let output = '';
   let peak = 0;
-  const sampler = setInterval(() => (peak = Math.max(peak, peakMiB(client.pid))), 200);
+  const sampler = setInterval(() => (peak = Math.max(peak, peakMiB(client.pid ?? 0) ?? 0)), 200);
   const read = (chunk: Buffer): void => {
     const text = chunk.toString('utf8');
     output += text;
@@ -103,7 +96,7 @@ async function run(): Promise<void> {
   const docs = arg('--docs', 10_000);
   const small = Math.max(1, Math.round(docs / 10));
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'pipeline-bench-batch-'));
-  const cli = process.env.TEMPORAL_CLI_PATH ?? path.join(ROOT, '.tools', 'venv', 'bin', 'temporal');
+  const cli = await ensureTemporalExecutable('cli', loadConfig());
   const server = await TestWorkflowEnvironment.createLocal({
     server: {
       executable: { type: 'existing-path', path: cli },

@@ -29,7 +29,9 @@ import { loadConfig } from '../src/config';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
 import { runMain } from '../src/lib/run-main';
-import { answers } from '../src/temporal/dev-server';
+import { answers, listenerOn } from '../src/temporal/dev-server';
+import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { peakMiB } from './memory';
 import { OfflineModel } from '../src/model/offline-model';
 import { prebuiltBundle, WORKFLOW_BUNDLE_PATH } from '../src/temporal/bundle';
 import { devServerArgs } from '../src/temporal/tuning';
@@ -158,41 +160,10 @@ function loopRow(name: string, perDoc: readonly number[], seconds: number): Row 
 // This pipeline on a file-backed dev server
 // ---------------------------------------------------------------------------------------------------------------
 
-function temporalCli(): string {
-  const candidates = [process.env.TEMPORAL_CLI_PATH, path.join(ROOT, '.tools', 'venv', 'bin', 'temporal')];
-  for (const c of candidates) if (c !== undefined && c !== '' && fs.existsSync(c)) return c;
-  throw new Error(
-    'no Temporal CLI: set TEMPORAL_CLI_PATH, or run bash .ci/run once to install it into .tools/',
-  );
-}
-
 async function freePort(): Promise<number> {
   for (;;) {
     const port = 20_000 + Math.floor(Math.random() * 20_000);
     if (!(await answers('127.0.0.1', port, 200))) return port;
-  }
-}
-
-/** The process whose command line names `marker` (the dev server, found by its database file). */
-function pidOf(marker: string): number | undefined {
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(marker)) return Number(entry);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return undefined;
-}
-
-/** Peak resident memory of a process in MiB, from /proc (VmHWM). */
-function peakMiB(pid: number): number | undefined {
-  try {
-    const kib = /VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
-    return kib === undefined ? undefined : round(Number(kib) / 1024);
-  } catch {
-    return undefined;
   }
 }
 
@@ -209,7 +180,7 @@ async function startServer(root: string, label: string, tuned: boolean): Promise
   const dbFilename = path.join(dir, 'temporal.db');
   const env = await TestWorkflowEnvironment.createLocal({
     server: {
-      executable: { type: 'existing-path', path: temporalCli() },
+      executable: { type: 'existing-path', path: await ensureTemporalExecutable('cli', loadConfig()) },
       ip: '127.0.0.1',
       port,
       dbFilename,
@@ -217,7 +188,7 @@ async function startServer(root: string, label: string, tuned: boolean): Promise
       extraArgs: tuned ? devServerArgs({ persistent: true }) : [],
     },
   });
-  return { env, address: `127.0.0.1:${port}`, dir, pid: pidOf(dbFilename) };
+  return { env, address: `127.0.0.1:${port}`, dir, pid: listenerOn(port)?.pid };
 }
 
 interface PipelineRun {
