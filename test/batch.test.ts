@@ -28,33 +28,24 @@ import {
   scratchDir,
   tempParts,
   temporalExecutable,
-  timeSkippingEnv,
 } from './helpers';
 import type { LocalParts } from './helpers';
 
 const defer = cleanupAfterAll();
 const ROOT = path.join(__dirname, '..');
 installQuietRuntime();
+/**
+ * A dev server, not the time-skipping one: batches wait in real time (memo leases, a client waiting on a batch) and
+ * on the time-skipping server a busy machine let skipped time outrun them; it also describes task queues.
+ */
 let env: TestWorkflowEnvironment;
 
 before(async () => {
-  env = await timeSkippingEnv(defer);
-});
-
-/**
- * A dev server, for what the time-skipping one does not do: describe task queues, and let two clients wait on one
- * batch (it skips time for each waiting client, far enough to time the batch out).
- */
-let dev: Promise<TestWorkflowEnvironment> | undefined;
-function devServer(): Promise<TestWorkflowEnvironment> {
-  dev ??= TestWorkflowEnvironment.createLocal({
+  env = await TestWorkflowEnvironment.createLocal({
     server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-  }).then((created) => {
-    defer(() => created.teardown());
-    return created;
   });
-  return dev;
-}
+  defer(() => env.teardown());
+});
 
 /** `count` distinct documents in a fresh folder, named doc-00.md, doc-01.md, ... */
 function folderOf(count: number, tag = randomUUID()): { dir: string; files: string[] } {
@@ -260,12 +251,11 @@ describe('the batch workflow', () => {
   });
 
   it('says so when no worker polls the task queue, and carries on once one does', async () => {
-    const dev = await devServer();
     const { local, taskQueue, config } = await setup();
     const { dir, files } = folderOf(2);
     const lines: string[] = [];
     const said = (pattern: RegExp): boolean => lines.some((l) => pattern.test(l));
-    const processing = processDocuments(dev.client, config, local.blobs, [dir], {
+    const processing = processDocuments(env.client, config, local.blobs, [dir], {
       everyMs: 200,
       print: (line) => lines.push(line),
     });
@@ -278,7 +268,7 @@ describe('the batch workflow', () => {
       ),
       lines.join('\n'),
     );
-    const worker = await pipelineWorker(dev, taskQueue, local.deps);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
     const report = await worker.runUntil(processing);
 
     assert.equal(report.exitCode, 0, lines.join('\n'));
@@ -287,15 +277,14 @@ describe('the batch workflow', () => {
   });
 
   it('is one batch when the same documents are submitted twice at once', async () => {
-    const dev = await devServer();
     const { local, taskQueue, config } = await setup();
     const { dir, files } = folderOf(4);
-    const worker = await pipelineWorker(dev, taskQueue, local.deps);
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
 
     const [a, b] = await worker.runUntil(
       Promise.all([
-        processDocuments(dev.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
-        processDocuments(dev.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+        processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
       ]),
     );
 
