@@ -46,7 +46,7 @@ import {
   tempDir,
   writeWorkflowBundle,
 } from './helpers';
-import { freshDatabase } from './postgres';
+import { freshDatabase, onDatabase } from './postgres';
 import { devServerArgs } from '../src/temporal/tuning';
 
 const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt(2 ** 31);
@@ -83,8 +83,6 @@ const WAIT_FOR_MOMENT_MS = 20_000;
 /** Documents kept unpublished while the plan runs. */
 const IN_FLIGHT = 4;
 const SUBMIT_EVERY_MS = 1_500;
-/** A SIGKILL this soon after the model server sent an answer may have beaten the memo write: paid again, honestly. */
-const KILL_WINDOW_MS = 1_000;
 /** The operator looks at a delivery only once its claim is this old, then settles it from the receiver's log. */
 const OPERATOR_GRACE_MS = 25_000;
 /** The operator calls a delivery with no effect at the receiver "not delivered" only when its claim is this old. */
@@ -122,6 +120,21 @@ const debug = (line: string): void => {
   if (process.env.CHAOS_DEBUG) console.log(`chaos debug +${((Date.now() - T0) / 1000).toFixed(2)}: ${line}`);
 };
 const keyOf = (request: ChatRequest): string => request.idempotencyKey ?? '(no key)';
+
+/**
+ * When each memoised answer was recorded (ms), by the provider's key `<runId>:<step>`: the row's `updated_at`, whose
+ * last write is the one that stores the answer (a claim of an answered row, a renewal or a release write nothing).
+ */
+async function memoRecordedAt(databaseUrl: string): Promise<Map<string, number>> {
+  const recorded = new Map<string, number>();
+  await onDatabase(databaseUrl, async (client) => {
+    const result = await client.query<{ run_id: string; step: string; updated_at: Date }>(
+      'SELECT run_id, step, updated_at FROM model_memo WHERE answer IS NOT NULL',
+    );
+    for (const row of result.rows) recorded.set(`${row.run_id}:${row.step}`, row.updated_at.getTime());
+  });
+  return recorded;
+}
 
 /** One POST that changed something at the receiver. */
 interface Effect {
@@ -543,28 +556,36 @@ for (const dedupes of [true, false]) {
         const check = (ok: boolean, problem: string): void => {
           if (!ok) problems.push(problem);
         };
-        // Each memo key paid once: per provider key (one per run and step), at most one answer sent, unless a
-        // SIGKILL of that host landed while the call was open (the answer went to a dead process: any kill does
-        // that, not only the ones aimed at a model call) or so soon after the answer that the memo write cannot have
-        // happened.
+        // Each memo key paid once: per provider key (one per run and step), a second answer only when the memo did
+        // not hold the first when the second call went out (its answer was recorded later), and a SIGKILL of the
+        // first call's host landed between the two calls: the answer went to a process that died before recording
+        // it. Any kill does that, not only the ones aimed at a model call. Evidence, not a timing window: on a
+        // loaded machine the worker can take seconds between the answer and the memo write.
+        const recordedAt = await memoRecordedAt(databaseUrl);
         const answers = new Map<string, ChatRequest[]>();
         for (const request of model.requests) {
           if (request.answeredAt === undefined) continue;
           answers.set(keyOf(request), [...(answers.get(keyOf(request)) ?? []), request]);
         }
-        let paidAgainInKillWindow = 0;
+        let paidAgainAfterKill = 0;
         for (const [key, sent] of answers) {
-          if (sent.length === 1) continue;
-          const [first] = sent;
-          const explained = kills.some(
-            (k) =>
-              first?.answeredAt !== undefined &&
-              k.host === hostOf(first) &&
-              k.at >= first.receivedAt &&
-              k.at - first.answeredAt < KILL_WINDOW_MS,
-          );
-          if (explained) paidAgainInKillWindow += sent.length - 1;
-          check(explained, `${key}: answered ${sent.length} times with no SIGKILL to explain it`);
+          for (let i = 1; i < sent.length; i++) {
+            const earlier = sent[i - 1];
+            const later = sent[i];
+            if (earlier === undefined || later === undefined) continue;
+            const recorded = recordedAt.get(key);
+            const explained =
+              (recorded === undefined || recorded >= later.receivedAt) &&
+              kills.some(
+                (k) => k.host === hostOf(earlier) && k.at >= earlier.receivedAt && k.at <= later.receivedAt,
+              );
+            if (explained) paidAgainAfterKill += 1;
+            check(
+              explained,
+              `${key}: answered ${sent.length} times with no SIGKILL to explain answer ${i + 1} ` +
+                `(memo answer recorded ${recorded === undefined ? 'never' : `${recorded - later.receivedAt} ms after it was asked`})`,
+            );
+          }
         }
         for (const stall of stalls) {
           // The frozen host's call is the last one under its key: the host that took the step over waited for it.
@@ -608,7 +629,7 @@ for (const dedupes of [true, false]) {
           `worker processes ${processes.length} on 2 hosts`,
           `documents ${versions.size}, versions ${submitted.length}, effects at the receiver ${receiver.effects.length} (POSTs ${receiver.posts})`,
           `model requests ${model.requests.length}, answers sent ${[...answers.values()].flat().length} for ${answers.size} keys, ` +
-            `paid again in a kill window ${paidAgainInKillWindow}, memo rows ${memoRows}`,
+            `paid again after a kill ${paidAgainAfterKill}, memo rows ${memoRows}`,
           `ledger verdicts by the operator: delivered ${verdicts.delivered}, not delivered ${verdicts.unsent}`,
           `${((finishedAt - startedAt) / 1000).toFixed(0)} s`,
         ];

@@ -67,7 +67,7 @@ function uniqueName(prefix: string): string {
 }
 
 /** Runs `work` on one connection to the database at `url`, closed afterwards. */
-async function onDatabase(url: string, work: (client: pg.Client) => Promise<unknown>): Promise<void> {
+export async function onDatabase(url: string, work: (client: pg.Client) => Promise<unknown>): Promise<void> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 });
   try {
     await client.connect();
