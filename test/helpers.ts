@@ -14,7 +14,7 @@ import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
-import type { Worker, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { Worker, WorkflowBundle } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
 import { z } from 'zod';
@@ -24,6 +24,7 @@ import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
+import { prebuiltBundle } from '../src/temporal/bundle';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS } from '../src/contract';
 import type { ModelInfo, PipelineInput, PipelineOptions, PipelineResult, Usage } from '../src/contract';
 import type { DocumentOutcome } from '../src/runs/result-table';
@@ -89,10 +90,16 @@ export function temporalExecutable(binary: 'cli' | 'test-server'): EphemeralServ
   return resolveTemporalExecutable(binary, loadConfig());
 }
 
-let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
-/** The workflow code, bundled once per test file and reused by every worker in it. */
-export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: silentLogger });
+let bundle: Promise<WorkflowBundle> | undefined;
+/**
+ * The workflow code for every worker of a test file: `npm run bundle`'s file while it is newer than every source
+ * (npm test makes it first, so files do not each spend ~2 s of CPU bundling the same code), else bundled here.
+ */
+export function workflowBundle(): Promise<WorkflowBundle> {
+  const prebuilt = prebuiltBundle();
+  bundle ??= prebuilt
+    ? fs.promises.readFile(prebuilt.codePath, 'utf8').then((code) => ({ code }))
+    : bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: silentLogger });
   return bundle;
 }
 

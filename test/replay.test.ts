@@ -12,7 +12,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
 import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import type { ReplayResult, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { ReplayResult, WorkflowBundle } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { silentLogger, workflowBundle } from './helpers';
 
@@ -68,7 +68,7 @@ function modelStepOrder(history: History): 'parallel' | 'sequential' | 'other' {
 }
 
 async function replayAll(
-  bundle: WorkflowBundleWithSourceMap,
+  bundle: WorkflowBundle,
   histories: { workflowId: string; history: History }[],
 ): Promise<ReplayResult[]> {
   const results: ReplayResult[] = [];
@@ -115,7 +115,7 @@ describe('replaying recorded histories', () => {
   });
 
   describe('the same change without patched()', () => {
-    let unguarded: WorkflowBundleWithSourceMap;
+    let unguarded: WorkflowBundle;
     before(async () => {
       unguarded = await bundleWorkflowCode({
         workflowsPath: require.resolve('./fixtures/unguarded-workflow'),
