@@ -201,7 +201,17 @@ export function versionOf(bytes: Uint8Array): string {
 /** The first Markdown heading, else the file name. */
 export function titleOf(text: string, file: string): string {
   const heading = /^#{1,6}\s+(.+?)\s*#*\s*$/m.exec(text)?.[1];
-  return (heading ?? path.basename(file)).slice(0, 300);
+  return detached((heading ?? path.basename(file)).slice(0, 300));
+}
+
+/**
+ * A copy of `part` that holds nothing else. V8 makes a substring (a regex capture, a slice) a view into its
+ * parent, which then lives as long as the substring: a batch keeps every document's title to the end, and titles
+ * cut from the texts kept every text, 5 KB a document (a client reading 30,000 documents peaked at 250 MiB
+ * instead of 125). Joining the characters builds a new string.
+ */
+function detached(part: string): string {
+  return [...part].join('');
 }
 
 /** What a folder holds: a file to read (from `readFrom`), or one that is refused, with the reason. */
