@@ -526,3 +526,20 @@ export function publishedOutcome(
     report: { runId: 'r', steps, workers: ['w'] },
   };
 }
+
+/** Asserts an ApplicationFailure thrown by an activity: its type, whether Temporal may retry it, its message. */
+export function applicationFailure(
+  type: string,
+  retryable: boolean,
+  message: RegExp[],
+  check: (failure: ApplicationFailure) => void = () => {},
+): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
+    assert.equal(err.type, type, err.message);
+    assert.equal(err.nonRetryable, !retryable, err.message);
+    for (const pattern of message) assert.match(err.message, pattern);
+    check(err);
+    return true;
+  };
+}

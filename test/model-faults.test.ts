@@ -19,6 +19,7 @@ import type { DocumentModel } from '../src/model/types';
 import { FailureType } from '../src/contract';
 import type { SummarizeResult, TagResult } from '../src/contract';
 import {
+  applicationFailure,
   cleanupAfterAll,
   closeServer,
   completion,
@@ -129,23 +130,6 @@ async function stepAttempt(step: Step, model: DocumentModel) {
       ? mock.run(activities.summarize, { ...base, maxSentences: 2 })
       : mock.run(activities.tag, { ...base, maxTags: 3 });
   return { local, mock, key: `${runId}:${step}`, run };
-}
-
-/** Asserts an ApplicationFailure thrown by an activity: its type, whether Temporal may retry it, its message. */
-function applicationFailure(
-  type: string,
-  retryable: boolean,
-  message: RegExp[],
-  check: (failure: ApplicationFailure) => void = () => {},
-): (err: unknown) => boolean {
-  return (err) => {
-    assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
-    assert.equal(err.type, type, err.message);
-    assert.equal(err.nonRetryable, !retryable, err.message);
-    for (const pattern of message) assert.match(err.message, pattern);
-    check(err);
-    return true;
-  };
 }
 
 describe('model faults through the activities', () => {

@@ -19,7 +19,7 @@ import { AiSdkModel } from '../src/model/ai-sdk';
 import { remoteModel } from '../src/model/choose';
 import { findProvider } from '../src/model/providers';
 import type { DocumentModel, ModelCall } from '../src/model/types';
-import { cleanupAfterAll, modelServerFor, SAMPLE_TEXT } from './helpers';
+import { applicationFailure, cleanupAfterAll, modelServerFor, SAMPLE_TEXT } from './helpers';
 import type { ChatReply } from './helpers';
 
 const defer = cleanupAfterAll();
@@ -307,23 +307,6 @@ function call(overrides: Partial<ModelCall> = {}): ModelCall {
   return { idempotencyKey: KEY, signal: new AbortController().signal, ...overrides };
 }
 
-/** Asserts a failure's type, retryability and message, then whatever else `check` looks at. */
-function failure(
-  type: string,
-  retryable: boolean,
-  message: RegExp[],
-  check: (f: ApplicationFailure) => void = () => {},
-): (err: unknown) => boolean {
-  return (err) => {
-    assert.ok(err instanceof ApplicationFailure, `expected ApplicationFailure, got ${String(err)}`);
-    assert.equal(err.type, type, err.message);
-    assert.equal(err.nonRetryable, !retryable, err.message);
-    for (const pattern of message) assert.match(err.message, pattern);
-    check(err);
-    return true;
-  };
-}
-
 /** The usage a refused paid answer carries, which model-step.ts records as rejectedUsage. */
 function paidUsage(f: ApplicationFailure): unknown {
   return z.object({ paidUsage: z.unknown() }).parse(f.details?.[0]).paidUsage;
@@ -375,10 +358,15 @@ for (const wire of WIRES) {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after': '7' } }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        failure(FailureType.TransientModelError, true, [/HTTP 429; Retry-After 7 s/, /will retry/], (f) => {
-          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
-          assert.equal(msToNumber(f.nextRetryDelay), 7_000);
-        }),
+        applicationFailure(
+          FailureType.TransientModelError,
+          true,
+          [/HTTP 429; Retry-After 7 s/, /will retry/],
+          (f) => {
+            assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+            assert.equal(msToNumber(f.nextRetryDelay), 7_000);
+          },
+        ),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
     });
@@ -390,7 +378,7 @@ for (const wire of WIRES) {
       }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        failure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
+        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
           assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
           assert.equal(msToNumber(f.nextRetryDelay), 1_500);
         }),
@@ -402,8 +390,11 @@ for (const wire of WIRES) {
       const server = await wire.start(() => wire.error(status));
       await assert.rejects(
         modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
-        failure(FailureType.TransientModelError, true, [new RegExp(`HTTP ${status}`), /error/], (f) =>
-          assert.equal(f.nextRetryDelay, undefined),
+        applicationFailure(
+          FailureType.TransientModelError,
+          true,
+          [new RegExp(`HTTP ${status}`), /error/],
+          (f) => assert.equal(f.nextRetryDelay, undefined),
         ),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
@@ -424,7 +415,10 @@ for (const wire of WIRES) {
         const server = await wire.start(() => wire.error(status));
         await assert.rejects(
           modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-          failure(FailureType.ModelRejected, false, [new RegExp(`answered HTTP ${status}: \\{`), hint]),
+          applicationFailure(FailureType.ModelRejected, false, [
+            new RegExp(`answered HTTP ${status}: \\{`),
+            hint,
+          ]),
         );
         assert.equal(server.requests.length, 1);
       });
@@ -436,8 +430,11 @@ for (const wire of WIRES) {
         const model: DocumentModel = modelFor(wire, server);
         await assert.rejects(
           step === 'tag' ? model.tag(SAMPLE_TEXT, 3, call()) : model.summarize(SAMPLE_TEXT, 2, call()),
-          failure(FailureType.ModelOutputInvalid, true, [/cut off \(finish reason "length"\)/], (f) =>
-            assert.deepEqual(paidUsage(f), USAGE),
+          applicationFailure(
+            FailureType.ModelOutputInvalid,
+            true,
+            [/cut off \(finish reason "length"\)/],
+            (f) => assert.deepEqual(paidUsage(f), USAGE),
           ),
         );
       });
@@ -458,7 +455,7 @@ for (const wire of WIRES) {
         const server = await wire.start(() => ({ body: wire.answer(text, USAGE) }));
         await assert.rejects(
           modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
-          failure(
+          applicationFailure(
             FailureType.ModelOutputInvalid,
             true,
             [/did not answer with \{"tags": \[\.\.\.\]\}/, field],
