@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { runMain } from '../src/lib/run-main';
-import { WORKFLOW_BUNDLE_PATH } from '../src/temporal/bundle';
+import { bundleStamp, WORKFLOW_BUNDLE_PATH } from '../src/temporal/bundle';
 
 async function run(): Promise<void> {
   const started = Date.now();
@@ -18,7 +18,7 @@ async function run(): Promise<void> {
   fs.mkdirSync(path.dirname(WORKFLOW_BUNDLE_PATH), { recursive: true });
   // Written whole, then renamed into place: a worker starting meanwhile reads the old file or the new, never half.
   const partial = `${WORKFLOW_BUNDLE_PATH}.${process.pid}.tmp`;
-  fs.writeFileSync(partial, code);
+  fs.writeFileSync(partial, `${bundleStamp()}${code}`);
   fs.renameSync(partial, WORKFLOW_BUNDLE_PATH);
   const kib = Math.round(code.length / 1024);
   console.log(

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { prebuiltBundle } from '../src/temporal/bundle';
+import { bundleStamp, prebuiltBundle } from '../src/temporal/bundle';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
 const defer = cleanupAfterAll();
@@ -28,7 +28,7 @@ describe('prebuiltBundle', () => {
     const workflow = path.join(sources, 'deep', 'index.ts');
     fs.writeFileSync(workflow, 'export {};\n');
     const bundle = path.join(dir, 'workflow-bundle.js');
-    fs.writeFileSync(bundle, '// bundle\n');
+    fs.writeFileSync(bundle, `${bundleStamp()}// bundle\n`);
     at(workflow, 1_000);
     at(bundle, 2_000);
 
@@ -36,5 +36,21 @@ describe('prebuiltBundle', () => {
 
     at(workflow, 3_000);
     assert.equal(prebuiltBundle(bundle, [sources]), undefined);
+  });
+
+  it('is none when it was made for another version of the SDK (an upgrade since the build), or carries no stamp', () => {
+    const dir = scratchDir(defer, 'bundle-');
+    const bundle = path.join(dir, 'workflow-bundle.js');
+    for (const content of [`${bundleStamp('1.0.0')}// bundle\n`, '// bundle\n', '']) {
+      fs.writeFileSync(bundle, content);
+      at(bundle, 2_000);
+      assert.equal(prebuiltBundle(bundle, [], bundleStamp('1.24.0')), undefined, JSON.stringify(content));
+    }
+    fs.writeFileSync(bundle, `${bundleStamp('1.24.0')}// bundle\n`);
+    assert.deepEqual(prebuiltBundle(bundle, [], bundleStamp('1.24.0')), { codePath: bundle });
+  });
+
+  it('is what npm run bundle writes, stamped with the installed SDK', () => {
+    assert.match(bundleStamp(), /^\/\* workflow bundle for @temporalio\/workflow \d+\.\d+\.\d+ \*\/$/);
   });
 });

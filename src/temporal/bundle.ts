@@ -15,13 +15,31 @@ export const WORKFLOW_BUNDLE_PATH = path.join(ROOT, 'dist', 'workflow-bundle.js'
 const SOURCE_DIRS = [path.join(ROOT, 'workflows'), path.join(ROOT, 'src')];
 
 /**
- * The prebuilt workflow bundle, when `npm run build` made one that is newer than every source file it could hold;
- * undefined otherwise (none built, or the sources changed since), and the worker bundles from source as in
- * development. A stale bundle is never used: it would run yesterday's workflow code.
+ * What a bundle `npm run bundle` writes starts with: the version of the SDK's workflow runtime inside it. A bundle
+ * made before an SDK upgrade holds the old runtime, which the new worker must not load. A comment on the first
+ * line, not a line of its own, so the bundle's inline source map still points at the right lines.
+ */
+export function bundleStamp(version = installedWorkflowSdk()): string {
+  return `/* workflow bundle for @temporalio/workflow ${version} */`;
+}
+
+function installedWorkflowSdk(): string {
+  const parsed: unknown = JSON.parse(
+    fs.readFileSync(require.resolve('@temporalio/workflow/package.json'), 'utf8'),
+  );
+  return typeof parsed === 'object' && parsed !== null && 'version' in parsed ? String(parsed.version) : '?';
+}
+
+/**
+ * The prebuilt workflow bundle, when `npm run bundle` (or build) made one that is newer than every source file it
+ * could hold and carries the installed SDK's stamp; undefined otherwise (none built, the sources changed since,
+ * or the SDK was upgraded), and the worker bundles from source as in development. A stale bundle is never used:
+ * it would run yesterday's workflow code.
  */
 export function prebuiltBundle(
   file = WORKFLOW_BUNDLE_PATH,
   sources: readonly string[] = SOURCE_DIRS,
+  stamp = bundleStamp(),
 ): { codePath: string } | undefined {
   let built: number;
   try {
@@ -29,7 +47,18 @@ export function prebuiltBundle(
   } catch {
     return undefined;
   }
+  if (!startOf(file, stamp.length).startsWith(stamp)) return undefined;
   return newestSource(sources) <= built ? { codePath: file } : undefined;
+}
+
+function startOf(file: string, bytes: number): string {
+  const head = Buffer.alloc(bytes);
+  const fd = fs.openSync(file, 'r');
+  try {
+    return head.subarray(0, fs.readSync(fd, head, 0, bytes, 0)).toString('utf8');
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 function newestSource(dirs: readonly string[]): number {
