@@ -8,10 +8,12 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../src/config';
 import { ConfigError } from '../src/config';
+import { closeServer, listenOnLoopback } from '../src/lib/loopback';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
 import { answers, connectOrStartTemporal, recordedProcess, webUiLine } from '../src/temporal/dev-server';
 import { cleanupAfterAll, freePort, scratchDir } from './helpers';
@@ -186,6 +188,24 @@ describe('the embedded server', { skip: process.platform !== 'linux' && 'reads /
     assert.equal(code, 0, run.output());
     assert.doesNotMatch(run.output(), /EPIPE/);
     await waitFor('the server to stop', () => serversOf(config.paths.temporal).length === 0, run, 10_000);
+  });
+
+  it('exports its trace spans before it exits, when OTEL_EXPORTER_OTLP_ENDPOINT names a collector', async () => {
+    // A collector that only counts what reaches it: the exporter batches spans for seconds, so a short run's
+    // spans arrive only if npm start flushes them at its end.
+    const received: string[] = [];
+    const collector = http.createServer((req, res) => {
+      received.push(`${req.method ?? ''} ${req.url ?? ''}`);
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    });
+    const endpoint = await listenOnLoopback(collector, 'OTLP collector');
+    defer(() => closeServer(collector));
+    const env = { ...(await folder('otlp-')), OTEL_EXPORTER_OTLP_ENDPOINT: endpoint };
+    const run = startCli('src/cli/start.ts', env, [path.join(ROOT, 'samples', 'durable-execution.md')]);
+    const { code } = await run.exited;
+    assert.equal(code, 0, run.output());
+    assert.ok(received.includes('POST /v1/traces'), `the collector got ${JSON.stringify(received)}`);
   });
 
   it('names a server that answers without a pid file, with the command that stops it; refuses one whose database is gone', async () => {

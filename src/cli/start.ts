@@ -17,8 +17,8 @@ import { createPipelineWorker } from '../temporal/worker';
 async function run(): Promise<void> {
   const since = Date.now();
   exitQuietlyWhenOutputCloses();
-  quietSdkLogs();
   const config = loadConfig();
+  const tracing = quietSdkLogs(config);
   const args = parseRunArgs(process.argv.slice(2));
   const paths = args.paths.length > 0 ? args.paths : [SAMPLES_DIR];
   const target = await connectOrStartTemporal(config);
@@ -73,6 +73,7 @@ async function run(): Promise<void> {
     await nativeConnection.close();
     await closeClient();
     await target.close();
+    await tracing?.shutdown();
     // Last, once the embedded server is stopped: a link only while something serves it.
     const ui = finished ? await webUiLine(target, config) : undefined;
     if (ui !== undefined) console.log(ui);

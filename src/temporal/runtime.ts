@@ -1,6 +1,5 @@
 import net from 'node:net';
 import { Runtime } from '@temporalio/worker';
-import { loadConfig } from '../config';
 import type { Config } from '../config';
 import { createLogger, SdkLogger, setLogger } from '../telemetry/log';
 import type { Logger } from '../telemetry/log';
@@ -53,12 +52,12 @@ export async function installRuntime(config: TelemetryConfig): Promise<ProcessTe
 
 /**
  * The synchronous part of installRuntime for entry points without a metrics page (npm start, the crash tests'
- * worker processes): the logger at the configured level and tracing when configured.
+ * worker processes): the logger at the configured level, and tracing when configured, returned so the caller
+ * can shut it down at the end (which exports the spans still buffered).
  */
-export function quietSdkLogs(): void {
-  const config = loadConfig();
+export function quietSdkLogs(config: TelemetryConfig): Tracing | undefined {
   installSdkRuntime(config, undefined);
-  startConfiguredTracing(config);
+  return startConfiguredTracing(config);
 }
 
 function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: string | undefined): Logger {
