@@ -371,6 +371,17 @@ for (const wire of WIRES) {
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
     });
 
+    it('429 with a retry-after-ms beyond a day waits a day, as a Retry-After would', async () => {
+      const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after-ms': '9e12' } }));
+      await assert.rejects(
+        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
+          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+          assert.equal(msToNumber(f.nextRetryDelay), 24 * 60 * 60 * 1000);
+        }),
+      );
+    });
+
     it('429 with retry-after-ms (as OpenAI sends it) waits that many milliseconds', async () => {
       const server = await wire.start(() => ({
         ...wire.error(429),

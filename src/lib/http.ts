@@ -4,12 +4,22 @@ import { ApplicationFailure } from '@temporalio/common';
 const MAX_RETRY_AFTER_MS = 24 * 60 * 60 * 1000;
 
 /** Parses a Retry-After header (seconds or an HTTP date) into milliseconds from now. */
-export function parseRetryAfter(header: string | null | undefined, now = Date.now()): number | undefined {
+function parseRetryAfter(header: string | null | undefined, now = Date.now()): number | undefined {
   if (header === null || header === undefined || header.trim() === '') return undefined;
   const trimmed = header.trim();
   const ms = /^\d+(\.\d+)?$/.test(trimmed) ? Number(trimmed) * 1000 : Date.parse(trimmed) - now;
   if (!Number.isFinite(ms)) return undefined;
   return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+}
+
+/**
+ * The wait a server asks for before a retry, in milliseconds: `retry-after-ms` (OpenAI sends it) over
+ * `retry-after` (seconds or an HTTP date), both capped at a day.
+ */
+export function retryAfterOf(headers: Headers, now = Date.now()): number | undefined {
+  const ms = Number(headers.get('retry-after-ms') ?? Number.NaN);
+  if (Number.isFinite(ms)) return Math.min(Math.max(ms, 0), MAX_RETRY_AFTER_MS);
+  return parseRetryAfter(headers.get('retry-after'), now);
 }
 
 export interface HttpAnswer {
@@ -49,7 +59,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     return {
       status: response.status,
       headers: response.headers,
-      retryAfterMs: parseRetryAfter(response.headers.get('retry-after')),
+      retryAfterMs: retryAfterOf(response.headers),
       body: await response.text(),
     };
   } catch (err) {

@@ -9,7 +9,7 @@ import {
 } from 'ai';
 import type { FinishReason, LanguageModel, LanguageModelUsage } from 'ai';
 import { z } from 'zod';
-import { excerpt, isRetryableStatus, parseRetryAfter, transientStatusFailure } from '../lib/http';
+import { excerpt, isRetryableStatus, retryAfterOf, transientStatusFailure } from '../lib/http';
 import { describeIssues, FailureType } from '../contract';
 import type { ModelInfo, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
@@ -184,13 +184,8 @@ export class AiSdkModel implements DocumentModel {
     }
     const headers = new Headers(err.responseHeaders);
     if (isRetryableStatus(status)) {
-      // OpenAI may say it in milliseconds too; the SDK reads both for its own retries, which are off.
-      const ms = Number(headers.get('retry-after-ms') ?? Number.NaN);
-      const retryAfterMs = Number.isFinite(ms)
-        ? Math.max(ms, 0)
-        : parseRetryAfter(headers.get('retry-after'));
       return transientStatusFailure(
-        { status, headers, body, retryAfterMs },
+        { status, headers, body, retryAfterMs: retryAfterOf(headers) },
         this.what,
         FailureType.TransientModelError,
       );
