@@ -13,6 +13,22 @@ import { withHeartbeats } from './heartbeat';
  * the worker's own client.
  */
 export function createBatchActivities(deps: { blobs: BlobStore }) {
+  // A manifest never changes (its reference is its content's hash), so each is read and checked once and kept for
+  // the pages that follow: reading it whole for every page made a batch's reads grow with the square of its size.
+  // The last few are kept, for batches running side by side.
+  const manifests = new Map<string, Promise<BatchEntry[]>>();
+  const entriesOf = (manifestRef: string): Promise<BatchEntry[]> => {
+    let entries = manifests.get(manifestRef);
+    if (entries === undefined) {
+      entries = readManifest(deps.blobs, manifestRef);
+      manifests.set(manifestRef, entries);
+      // A failed read is not kept: the next page tries again.
+      entries.catch(() => manifests.delete(manifestRef));
+      const oldest = manifests.keys().next().value;
+      if (manifests.size > KEPT_MANIFESTS && oldest !== undefined) manifests.delete(oldest);
+    }
+    return entries;
+  };
   return {
     /** Entries [offset, offset + limit) of the manifest stored under `manifestRef`. */
     async readBatchEntries(input: {
@@ -20,15 +36,7 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
       offset: number;
       limit: number;
     }): Promise<BatchEntry[]> {
-      const bytes = await deps.blobs.get(input.manifestRef);
-      if (bytes === undefined) {
-        throw new Error(
-          `batch manifest ${input.manifestRef} is not in ${deps.blobs.where}; workers and clients must share ` +
-            'one store (the same DATABASE_URL, or without it the same DATA_DIR)',
-        );
-      }
-      const manifest = parseOrFail(BatchManifestSchema, JSON.parse(bytes.toString('utf8')), 'batch manifest');
-      return manifest.entries.slice(input.offset, input.offset + input.limit);
+      return (await entriesOf(input.manifestRef)).slice(input.offset, input.offset + input.limit);
     },
 
     /**
@@ -62,4 +70,18 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
       });
     },
   };
+}
+
+/** Manifests a worker keeps parsed. */
+const KEPT_MANIFESTS = 4;
+
+async function readManifest(blobs: BlobStore, manifestRef: string): Promise<BatchEntry[]> {
+  const bytes = await blobs.get(manifestRef);
+  if (bytes === undefined) {
+    throw new Error(
+      `batch manifest ${manifestRef} is not in ${blobs.where}; workers and clients must share ` +
+        'one store (the same DATABASE_URL, or without it the same DATA_DIR)',
+    );
+  }
+  return parseOrFail(BatchManifestSchema, JSON.parse(bytes.toString('utf8')), 'batch manifest').entries;
 }

@@ -1,5 +1,5 @@
 /**
- * The batch workflow on the time-skipping server with a real worker: a sliding window of document runs, continue-
+ * The batch workflow on a dev server with a real worker: a sliding window of document runs, continue-
  * as-new without losing or repeating a document, documents done or under way elsewhere attached to rather than
  * rerun, `--rerun`, failures listed with their step, and the same documents submitted twice landing in one batch.
  */
@@ -15,8 +15,11 @@ import { devServerArgs } from '../src/temporal/tuning';
 import { batch } from '../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
 import type { BatchEntry } from '../src/batch-contract';
+import { createBatchActivities } from '../activities/batch';
 import { loadConfig } from '../src/config';
 import { workflowIdFor } from '../src/contract';
+import { FileBlobStore } from '../src/documents/blobs';
+import type { BlobStore } from '../src/documents/blobs';
 import { documentIdOf } from '../src/documents/files';
 import { processDocuments } from '../src/runs/batch';
 import { submitDocument } from '../src/runs/submit';
@@ -291,5 +294,34 @@ describe('the batch workflow', () => {
     assert.equal(a.batchId, b.batchId);
     assert.equal(a.tally?.done, 4);
     await publishedOnce(local, files);
+  });
+});
+
+describe('readBatchEntries', () => {
+  it('reads and checks a manifest once, however many pages the batch asks for', async () => {
+    const inner = new FileBlobStore(scratchDir(defer, 'manifest-blobs-'));
+    let reads = 0;
+    const blobs: BlobStore = {
+      where: inner.where,
+      put: (bytes) => inner.put(bytes),
+      get: (ref) => {
+        reads++;
+        return inner.get(ref);
+      },
+      sweep: (before, keep) => inner.sweep(before, keep),
+    };
+    const entries: BatchEntry[] = Array.from({ length: 10 }, (_, i) => ({
+      documentId: `doc-${i}`,
+      textRef: `sha256:${String(i).repeat(64).slice(0, 64)}`,
+      title: `Document ${i}`,
+      source: `doc-${i}.md`,
+    }));
+    const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
+    const { readBatchEntries } = createBatchActivities({ blobs });
+    const pages = [];
+    for (let offset = 0; offset < entries.length; offset += 3)
+      pages.push(...(await readBatchEntries({ manifestRef, offset, limit: 3 })));
+    assert.deepEqual(pages, entries);
+    assert.equal(reads, 1);
   });
 });
