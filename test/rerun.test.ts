@@ -56,6 +56,8 @@ describe('the result table on results produced earlier', () => {
     printOutcomes([publishedOutcome('old', { model: offline, doneEarlier: true })], (l) => lines.push(l), {
       configuredModel: offline,
     });
+    // The table did say the result is an earlier one; it only has no model change to point out.
+    assert.match(lines.join('\n'), /1 result\(s\) were produced earlier, not in this session/);
     assert.doesNotMatch(lines.join('\n'), /add --rerun/);
   });
 });
