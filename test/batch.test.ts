@@ -11,7 +11,6 @@ import { randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { devServerArgs } from '../src/temporal/tuning';
 import { batch } from '../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
 import type { BatchEntry } from '../src/batch-contract';
@@ -25,12 +24,12 @@ import { processDocuments } from '../src/runs/batch';
 import { submitDocument } from '../src/runs/submit';
 import {
   cleanupAfterAll,
+  devServerEnv,
   installQuietRuntime,
   pipelineWorker,
   SAMPLE_TEXT,
   scratchDir,
   tempParts,
-  temporalExecutable,
 } from './helpers';
 import type { LocalParts } from './helpers';
 
@@ -44,9 +43,7 @@ installQuietRuntime();
 let env: TestWorkflowEnvironment;
 
 before(async () => {
-  env = await TestWorkflowEnvironment.createLocal({
-    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-  });
+  env = await devServerEnv();
   defer(() => env.teardown());
 });
 

@@ -27,15 +27,14 @@ import { withDecodedResults } from '../src/runs/decode-history';
 import { documentPipeline } from '../workflows';
 import {
   completion,
+  devServerEnv,
   isTagRequest,
   localParts,
   openAIModel,
   pipelineInput,
   startModelServer,
-  temporalExecutable,
   workflowBundle,
 } from './helpers';
-import { devServerArgs } from '../src/temporal/tuning';
 
 const OLD_KEY = generateKey();
 const NEW_KEY = generateKey();
@@ -340,9 +339,7 @@ describe('encrypted runs on a real dev server', () => {
   let env: TestWorkflowEnvironment;
 
   before(async () => {
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-    });
+    env = await devServerEnv();
   });
   after(async () => {
     await env?.teardown();

@@ -22,6 +22,7 @@ import type { documentPipeline } from '../workflows';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
   cleanupAfterAll,
+  devServerEnv,
   isTagRequest,
   modelServerFor,
   normalAnswer,
@@ -30,12 +31,11 @@ import {
   pipelineWorker,
   SAMPLE_TEXT,
   scratchDir,
+  startCrashableWorker,
   startPipeline,
   tempParts,
-  temporalExecutable,
-  startCrashableWorker,
-  writeWorkflowBundle,
   webhookPublisher,
+  writeWorkflowBundle,
 } from './helpers';
 import { startLink } from '../src/cli/demo/link';
 import type { LinkRequest } from '../src/cli/demo/link';
@@ -50,7 +50,7 @@ const defer = cleanupAfterAll();
 before(async () => {
   // Timed-out and killed attempts are what these tests are about; the SDK logs each one as a warning.
   Runtime.install({ logger: new DefaultLogger('ERROR') });
-  env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+  env = await devServerEnv();
   defer(() => env.teardown());
   bundlePath = await writeWorkflowBundle(scratchDir(defer, 'dev-server-bundle-'));
 });

@@ -25,6 +25,7 @@ import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
 import { prebuiltBundle } from '../src/temporal/bundle';
+import { devServerArgs } from '../src/temporal/tuning';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS } from '../src/contract';
 import type { ModelInfo, PipelineInput, PipelineOptions, PipelineResult, Usage } from '../src/contract';
 import type { DocumentOutcome } from '../src/runs/result-table';
@@ -119,6 +120,16 @@ export function installQuietRuntime(logger = new DefaultLogger('ERROR')): Defaul
     telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
   });
   return logger;
+}
+
+/**
+ * A dev server for a test file, with what every server the project starts is told (src/temporal/tuning.ts): for
+ * tests that wait in real time. The caller tears it down.
+ */
+export function devServerEnv(): Promise<TestWorkflowEnvironment> {
+  return TestWorkflowEnvironment.createLocal({
+    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
+  });
 }
 
 /**

@@ -22,17 +22,16 @@ import type { documentPipeline } from '../workflows';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
   completion,
+  devServerEnv,
   isTagRequest,
   pipelineInput,
   SAMPLE_TEXT,
-  startModelServer,
-  temporalExecutable,
-  tempDir,
   startCrashableWorker,
+  startModelServer,
+  tempDir,
   writeWorkflowBundle,
 } from './helpers';
 import type { ModelServer } from './helpers';
-import { devServerArgs } from '../src/temporal/tuning';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(__dirname, '..');
@@ -45,9 +44,7 @@ const workers: WorkerProcess[] = [];
 
 before(async () => {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
-  env = await TestWorkflowEnvironment.createLocal({
-    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-  });
+  env = await devServerEnv();
   dir = tempDir('memo-crash-');
   bundlePath = await writeWorkflowBundle(dir);
   model = await startModelServer((request) =>

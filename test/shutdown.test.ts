@@ -11,6 +11,7 @@ import { recoveryReport } from '../src/runs/history';
 import {
   cleanupAfterAll,
   completion,
+  devServerEnv,
   installQuietRuntime,
   modelServerFor,
   pipelineInput,
@@ -19,10 +20,8 @@ import {
   startCrashableWorker,
   startPipeline,
   tempParts,
-  temporalExecutable,
   writeWorkflowBundle,
 } from './helpers';
-import { devServerArgs } from '../src/temporal/tuning';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();
@@ -34,9 +33,7 @@ describe('SIGTERM during a model call', () => {
   let bundlePath: string;
 
   before(async () => {
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-    });
+    env = await devServerEnv();
     defer(() => env.teardown());
     bundlePath = await writeWorkflowBundle(scratchDir(defer, 'shutdown-bundle-'));
   });

@@ -23,9 +23,8 @@ import { openStores } from '../src/store/open';
 import type { Stores } from '../src/store/open';
 import { generateKey } from '../src/temporal/codec';
 import { connectClient } from '../src/temporal/connection';
-import { cleanupAfterAll, freePort, scratchDir, temporalExecutable } from './helpers';
+import { cleanupAfterAll, devServerEnv, freePort, scratchDir } from './helpers';
 import { freshDatabase } from './postgres';
-import { devServerArgs } from '../src/temporal/tuning';
 
 const defer = cleanupAfterAll();
 const SWEEP_CLI = path.join(__dirname, '..', 'src', 'cli', 'sweep.ts');
@@ -36,9 +35,7 @@ let server: TestWorkflowEnvironment;
 let client: Client;
 
 before(async () => {
-  server = await TestWorkflowEnvironment.createLocal({
-    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-  });
+  server = await devServerEnv();
   defer(() => server.teardown());
   const connected = await connectClient(loadConfig(temporalEnv()));
   defer(() => connected.close());

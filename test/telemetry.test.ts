@@ -28,6 +28,7 @@ import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import {
   cleanupAfterAll,
   dashboardQueries,
+  devServerEnv,
   freePort,
   installQuietRuntime,
   modelServerFor,
@@ -39,7 +40,6 @@ import {
   silentLogger,
   SUMMARY,
   tempParts,
-  temporalExecutable,
   webhookPublisher,
 } from './helpers';
 
@@ -52,7 +52,7 @@ const README = path.join(__dirname, '..', 'README.md');
 let env: TestWorkflowEnvironment;
 
 before(async () => {
-  env = await TestWorkflowEnvironment.createLocal({ server: { executable: temporalExecutable('cli') } });
+  env = await devServerEnv();
   defer(() => env.teardown());
 });
 
