@@ -97,11 +97,14 @@ let bundle: Promise<WorkflowBundle> | undefined;
  * (npm test makes it first, so files do not each spend ~2 s of CPU bundling the same code), else bundled here.
  */
 export function workflowBundle(): Promise<WorkflowBundle> {
-  const prebuilt = prebuiltBundle();
-  bundle ??= prebuilt
-    ? fs.promises.readFile(prebuilt.codePath, 'utf8').then((code) => ({ code }))
-    : bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: silentLogger });
+  bundle ??= loadBundle();
   return bundle;
+}
+
+async function loadBundle(): Promise<WorkflowBundle> {
+  const prebuilt = prebuiltBundle();
+  if (prebuilt !== undefined) return { code: await fs.promises.readFile(prebuilt.codePath, 'utf8') };
+  return bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: silentLogger });
 }
 
 const noop = (): void => {};
