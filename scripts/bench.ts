@@ -28,8 +28,9 @@ import type { BatchEntry } from '../src/batch-contract';
 import { loadConfig } from '../src/config';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
+import { freeLoopbackPort } from '../src/lib/loopback';
 import { runMain } from '../src/lib/run-main';
-import { answers, listenerOn } from '../src/temporal/dev-server';
+import { listenerOn } from '../src/temporal/dev-server';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
 import { peakMiB } from './memory';
 import { OfflineModel } from '../src/model/offline-model';
@@ -160,13 +161,6 @@ function loopRow(name: string, perDoc: readonly number[], seconds: number): Row 
 // This pipeline on a file-backed dev server
 // ---------------------------------------------------------------------------------------------------------------
 
-async function freePort(): Promise<number> {
-  for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
-    if (!(await answers('127.0.0.1', port, 200))) return port;
-  }
-}
-
 interface Server {
   env: TestWorkflowEnvironment;
   address: string;
@@ -176,7 +170,7 @@ interface Server {
 
 async function startServer(root: string, label: string, tuned: boolean): Promise<Server> {
   const dir = fs.mkdtempSync(path.join(root, `${label}-`));
-  const port = await freePort();
+  const port = await freeLoopbackPort();
   const dbFilename = path.join(dir, 'temporal.db');
   const env = await TestWorkflowEnvironment.createLocal({
     server: {

@@ -32,7 +32,7 @@ import type { DocumentOutcome } from '../src/runs/result-table';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
 import { relay } from '../src/cli/demo/link';
-import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
+import { closeServer, freeLoopbackPort, listenOnLoopback, readBody } from '../src/lib/loopback';
 import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
 import { AiSdkModel } from '../src/model/ai-sdk';
@@ -440,12 +440,8 @@ export function startCrashableWorker(
 }
 
 /** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
-export async function freePort(): Promise<number> {
-  const server = http.createServer();
-  const origin = await listenOnLoopback(server, 'port probe');
-  await closeServer(server);
-  return Number(new URL(origin).port);
-}
+/** A loopback port free a moment ago. */
+export const freePort = freeLoopbackPort;
 
 export { closeServer, listenOnLoopback };
 export { completion, startModelServer } from '../src/cli/demo/model-server';

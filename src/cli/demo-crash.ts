@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -20,7 +19,7 @@ import type { StepReport } from '../runs/history';
 import { classifyStep, summarizeReports } from '../runs/step-outcome';
 import { connectClient } from '../temporal/connection';
 import { startEmbeddedServer } from '../temporal/dev-server';
-import { closeServer, listenOnLoopback } from '../lib/loopback';
+import { freeLoopbackPort } from '../lib/loopback';
 import { startLink } from './demo/link';
 import { demoModel, startModelServer } from './demo/model-server';
 import type { ChatRequest } from './demo/model-server';
@@ -64,8 +63,8 @@ async function run(): Promise<void> {
     ...process.env,
     TEMPORAL_ADDRESS: '',
     DATA_DIR: dataDir,
-    EMBEDDED_TEMPORAL_PORT: String(await freePort()),
-    TEMPORAL_UI_PORT: String(await freePort()),
+    EMBEDDED_TEMPORAL_PORT: String(await freeLoopbackPort()),
+    TEMPORAL_UI_PORT: String(await freeLoopbackPort()),
     PAYLOAD_ENCRYPTION_KEY: '',
     PAYLOAD_DECRYPTION_KEYS: '',
     PAYLOAD_REQUIRE_ENCRYPTION: '',
@@ -280,14 +279,6 @@ function say(text: string, indent = text.startsWith('+') ? ' '.repeat(text.index
   }
   lines.push(line.trimEnd());
   console.log(lines.join('\n'));
-}
-
-/** A loopback port free right now. */
-async function freePort(): Promise<number> {
-  const probe = http.createServer();
-  const origin = await listenOnLoopback(probe, 'port probe');
-  await closeServer(probe);
-  return Number(new URL(origin).port);
 }
 
 /** `<pid>@<host>` identities are shown as the worker's number in this demo (their pids are printed as they start). */

@@ -14,6 +14,14 @@ export async function listenOnLoopback(server: http.Server, what = 'server', por
   return `http://127.0.0.1:${address.port}`;
 }
 
+/** A loopback port free a moment ago: for a server another process is about to start on it. */
+export async function freeLoopbackPort(): Promise<number> {
+  const probe = http.createServer();
+  const origin = await listenOnLoopback(probe, 'port probe');
+  await closeServer(probe);
+  return Number(new URL(origin).port);
+}
+
 /** Closes `server` at once: its open connections too, held requests included. */
 export async function closeServer(server: http.Server): Promise<void> {
   server.closeAllConnections();

@@ -1,6 +1,6 @@
-import net from 'node:net';
 import { Runtime } from '@temporalio/worker';
 import type { Config } from '../config';
+import { freeLoopbackPort } from '../lib/loopback';
 import { createLogger, SdkLogger, setLogger } from '../telemetry/log';
 import type { Logger } from '../telemetry/log';
 import { processMetrics, serveMetrics } from '../telemetry/metrics';
@@ -75,17 +75,4 @@ function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: strin
     },
   });
   return logger;
-}
-
-/** A loopback port the OS just handed out (for the core's exporter, which binds it right after). */
-async function freeLoopbackPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no TCP port for the runtime metrics');
-  return address.port;
 }
