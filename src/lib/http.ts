@@ -66,7 +66,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     if (options.signal.aborted) throw err;
     const reason = timeout.aborted
       ? `no answer within ${options.timeoutMs} ms`
-      : `request failed (${describeNetworkError(err)})`;
+      : `request failed (${describeCauses(err)})`;
     // A refused connection (or an unknown host) sent nothing; anything else may have reached the server.
     throw ApplicationFailure.create({
       type: options.transientType,
@@ -112,10 +112,13 @@ function neverSent(err: unknown): boolean {
   return code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
 }
 
-function describeNetworkError(err: unknown): string {
-  if (err instanceof Error) {
-    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
-    return `${err.message}${cause}`;
+/** An error's message with its causes', e.g. "fetch failed: connect ECONNREFUSED 127.0.0.1:9" (up to four). */
+export function describeCauses(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const parts: string[] = [];
+  for (let e: unknown = err; e instanceof Error && parts.length < 4; e = e.cause) {
+    const { message } = e;
+    if (!parts.some((p) => p.includes(message))) parts.push(message);
   }
-  return String(err);
+  return parts.join(': ');
 }

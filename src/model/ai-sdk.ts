@@ -9,7 +9,13 @@ import {
 } from 'ai';
 import type { FinishReason, LanguageModel, LanguageModelUsage } from 'ai';
 import { z } from 'zod';
-import { excerpt, isRetryableStatus, retryAfterOf, transientStatusFailure } from '../lib/http';
+import {
+  describeCauses,
+  excerpt,
+  isRetryableStatus,
+  retryAfterOf,
+  transientStatusFailure,
+} from '../lib/http';
 import { describeIssues, FailureType } from '../contract';
 import type { ModelInfo, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
@@ -237,13 +243,4 @@ function usageOf(usage: LanguageModelUsage | undefined): Usage {
 function clip(text: string): string {
   if (text.length <= MAX_INPUT_CHARS) return text;
   return `${text.slice(0, MAX_INPUT_CHARS)}\n\n[document truncated to its first ${MAX_INPUT_CHARS} characters]`;
-}
-
-/** An error's message with its causes', e.g. "Cannot connect to API: other side closed". */
-function describeCauses(err: Error): string {
-  const parts: string[] = [];
-  for (let e: unknown = err; e instanceof Error && parts.length < 4; e = e.cause) {
-    if (!parts.some((p) => p.includes(e instanceof Error ? e.message : ''))) parts.push(e.message);
-  }
-  return parts.join(': ');
 }
