@@ -3,7 +3,7 @@ import { runMain } from '../lib/run-main';
 import {
   answers,
   listenerOn,
-  processRecord,
+  ownerAlive,
   recordedProcess,
   startEmbeddedServer,
   stopProcess,
@@ -21,11 +21,7 @@ async function run(): Promise<void> {
   const ui = `${uiOrigin(config)}/namespaces/${config.temporal.namespace}/workflows`;
   if (await answers('127.0.0.1', port)) {
     const recorded = recordedProcess(config.paths.temporalPid);
-    const owner = recorded?.owner;
-    if (
-      recorded !== undefined &&
-      (owner === undefined || processRecord(owner.pid)?.startTime !== owner.startTime)
-    ) {
+    if (recorded !== undefined && !ownerAlive(recorded)) {
       // Left behind by a killed `npm start`: stop it and serve the same database in the foreground instead.
       console.log(`Stopping the server an earlier run left behind (pid ${recorded.pid})...`);
       await stopProcess(recorded, config.paths.temporalPid);

@@ -308,7 +308,7 @@ function stillRunning(record: Omit<ProcessRecord, 'owner'>): boolean {
 }
 
 /** True while the process that started the recorded server is alive (a record without an owner has none). */
-function ownerAlive(record: ProcessRecord): boolean {
+export function ownerAlive(record: ProcessRecord): boolean {
   return record.owner !== undefined && stillRunning(record.owner);
 }
 
