@@ -149,11 +149,6 @@ export async function ensureTemporalExecutable(
   return installed;
 }
 
-/** Describes where a binary comes from, for logs. */
-export function describeExecutable(executable: EphemeralServerExecutable): string {
-  return executable.type === 'existing-path' ? executable.path : "the SDK's cached download";
-}
-
 /**
  * The SDK downloads a binary only on the way to starting a server from it: start one on free ports with no database
  * file, stop it, and the binary stays in `downloadDir`.

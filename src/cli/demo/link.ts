@@ -5,7 +5,6 @@
  * heard back"; tests use it to keep a step in flight, or to deliver a zombie's request late.
  */
 import http from 'node:http';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { closeServer, listenOnLoopback, readBody } from '../../lib/loopback';
 
 /** A request that reached the link. */
@@ -15,8 +14,6 @@ export interface LinkRequest {
 }
 
 export interface LinkOptions {
-  /** The target's answer is sent back this long after it arrived (the commit itself happens at once). */
-  replyDelayMs?: number;
   /** True to hold the request: never forwarded, never answered, until `release()` delivers it late. */
   hold?: (request: LinkRequest) => boolean;
   /** True to forward the request (the target commits it) but never send the answer back: a reply lost in a crash. */
@@ -55,7 +52,7 @@ export async function relay(
 /** Starts a link to `targetUrl` on a free loopback port. */
 export async function startLink(
   targetUrl: string,
-  { replyDelayMs = 0, hold = () => false, holdReply = () => false }: LinkOptions = {},
+  { hold = () => false, holdReply = () => false }: LinkOptions = {},
 ): Promise<Link> {
   const passed: LinkRequest[] = [];
   const held: LinkRequest[] = [];
@@ -72,7 +69,6 @@ export async function startLink(
       passed.push(request);
       const answer = await forward(request);
       if (holdReply(request)) return;
-      await sleep(replyDelayMs);
       if (res.destroyed) return;
       // The target's echo of the key passes through: it tells the sender that the target dedupes.
       const echo: Record<string, string> =
