@@ -407,6 +407,8 @@ async function killToResume(server: Server, dataDir: string): Promise<number | u
     DATA_DIR: dataDir,
     OFFLINE_MODEL_LATENCY_MS: '4000',
     LOG_LEVEL: 'error',
+    // Two workers run at once: one METRICS_PORT from the shell would let only the first of them start.
+    METRICS_PORT: '',
   };
   const workers = [0, 1].map(() =>
     spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'worker.ts')], {
