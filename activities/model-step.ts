@@ -88,16 +88,33 @@ export async function runModelStep<T>(
     'gen_ai.system': provider,
     'gen_ai.request.model': model,
   };
+  // Tokens and cost are counted where they are spent, at each call this attempt paid for, kept or refused: the
+  // step's answer may come from the memo although this attempt paid too (another stored first), and a step that
+  // fails for good has no answer to count from.
+  const metrics = deps.metrics ?? noMetrics;
+  let paidCalls = 0;
+  const counted = (usage: Usage): void => {
+    paidCalls++;
+    metrics.modelPaid(step, deps.model.info, usage, estimateCost(deps.prices ?? {}, deps.model.info, usage));
+  };
   const answer = await withHeartbeats((signal) =>
     askOnce(
       { ...deps, step, request, valueSchema, owner: claimantName(`attempt-${info.attempt}`), signal },
       (retryHint) =>
         inSpan('model call', callAttributes, async (span) => {
-          const paid = await ask(text, {
-            idempotencyKey: key,
-            signal: callSignal(signal),
-            ...(retryHint === undefined ? {} : { retryHint }),
-          });
+          let paid: ModelAnswer<T>;
+          try {
+            paid = await ask(text, {
+              idempotencyKey: key,
+              signal: callSignal(signal),
+              ...(retryHint === undefined ? {} : { retryHint }),
+            });
+          } catch (err) {
+            const refused = paidUsageOf(err);
+            if (refused !== undefined) counted(refused);
+            throw err;
+          }
+          counted(paid.usage);
           span.setAttributes({
             'gen_ai.usage.input_tokens': paid.usage.inputTokens,
             'gen_ai.usage.output_tokens': paid.usage.outputTokens,
@@ -106,10 +123,15 @@ export async function runModelStep<T>(
         }),
     ),
   );
-  const metrics = deps.metrics ?? noMetrics;
-  if (answer.memoised) metrics.memoHit(step);
-  else metrics.modelPaid(step, answer.model, totalUsage([answer]), answer.estimatedCostUsd);
+  if (paidCalls === 0) metrics.memoHit(step);
   return { ...answer, idempotencyKey: key };
+}
+
+/** The tokens of an answer the provider was paid for but the step refused (cut off, wrong shape), if `err` is one. */
+function paidUsageOf(err: unknown): Usage | undefined {
+  if (!(err instanceof ApplicationFailure)) return undefined;
+  const details = PaidFailureDetailsSchema.safeParse(err.details?.[0]);
+  return details.success ? details.data.paidUsage : undefined;
 }
 
 /**
@@ -233,11 +255,10 @@ export async function askOnce<T>(
       err instanceof ApplicationFailure &&
       !err.nonRetryable &&
       (err.type === FailureType.TransientModelError || err.type === FailureType.ModelOutputInvalid);
-    const paid =
-      err instanceof ApplicationFailure ? PaidFailureDetailsSchema.safeParse(err.details?.[0]) : undefined;
+    const paidUsage = paidUsageOf(err);
     const rejected =
-      paid?.success === true && err instanceof ApplicationFailure
-        ? { runId: request.runId, usage: paid.data.paidUsage, model: model.info, error: err.message }
+      paidUsage !== undefined && err instanceof ApplicationFailure
+        ? { runId: request.runId, usage: paidUsage, model: model.info, error: err.message }
         : undefined;
     const failures = await memo.release(memoKey, owner, {
       providerFailure: providerError,

@@ -14,8 +14,11 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { z } from 'zod';
+import { Registry } from 'prom-client';
 import { createActivities } from '../activities';
 import type { DocumentModel } from '../src/model/types';
+import { pipelineMetrics } from '../src/telemetry/metrics';
+import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { FailureType } from '../src/contract';
 import type { SummarizeResult, TagResult } from '../src/contract';
 import {
@@ -116,14 +119,14 @@ async function until(condition: () => boolean, what: string, timeoutMs = 3_000):
 type Step = 'summarize' | 'tag';
 
 /** One attempt of one model step of a fresh run, in MockActivityEnvironment, against `model`. */
-async function stepAttempt(step: Step, model: DocumentModel) {
+async function stepAttempt(step: Step, model: DocumentModel, metrics?: PipelineMetrics) {
   const local = await tempParts(defer, { model });
   const runId = randomUUID();
   const mock = new MockActivityEnvironment(
     { activityId: step, workflowExecution: { workflowId: `wf-${randomUUID()}`, runId } },
     { logger: quietLogger },
   );
-  const activities = createActivities(local.deps);
+  const activities = createActivities(metrics === undefined ? local.deps : { ...local.deps, metrics });
   const base = { documentId: 'doc-1', textRef: await local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')) };
   const run = (): Promise<SummarizeResult | TagResult> =>
     step === 'summarize'
@@ -243,6 +246,27 @@ describe('model faults through the activities', () => {
       assert.equal(await attempt.local.memo.count(), 0, 'a failed answer was memoised');
     });
   }
+
+  it('counts the tokens of an answer it paid for and refused, though the attempt fails', async () => {
+    const server = await modelServerFor(defer, () => ({
+      body: {
+        choices: [
+          { index: 0, message: { role: 'assistant', content: 'Checkpoints let' }, finish_reason: 'length' },
+        ],
+        usage: { prompt_tokens: 120, completion_tokens: 30, total_tokens: 150 },
+      },
+    }));
+    const registry = new Registry();
+    const attempt = await stepAttempt('summarize', openAIModel(server), pipelineMetrics(registry));
+    await assert.rejects(
+      attempt.run(),
+      applicationFailure(FailureType.ModelOutputInvalid, true, [/cut off/]),
+    );
+    const page = await registry.metrics();
+    assert.match(page, /pipeline_model_tokens_total\{step="summarize",[^}]*type="input"\} 120\n/, page);
+    assert.match(page, /pipeline_model_tokens_total\{step="summarize",[^}]*type="output"\} 30\n/, page);
+    assert.doesNotMatch(page, /pipeline_memo_hits_total\{[^}]*\} [1-9]/, page);
+  });
 
   it('429 with Retry-After as an HTTP date waits until that date', async () => {
     const server = await modelServerFor(defer, () => ({
