@@ -553,3 +553,12 @@ export function applicationFailure(
     return true;
   };
 }
+
+/** Waits, polling every 20 ms, until `condition` holds; fails naming `what` after `timeoutMs`. */
+export async function until(condition: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

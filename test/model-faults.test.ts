@@ -40,6 +40,7 @@ import {
   TAGS,
   tempParts,
   timeSkippingEnv,
+  until,
   withPipeline,
 } from './helpers';
 import type { ChatReply, LocalParts, StartedPipeline } from './helpers';
@@ -106,14 +107,6 @@ async function rawModelServer(
   const origin = await listenOnLoopback(server);
   defer(() => closeServer(server));
   return { baseUrl: `${origin}/v1`, seen };
-}
-
-async function until(condition: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 type Step = 'summarize' | 'tag';

@@ -19,7 +19,7 @@ import { AiSdkModel } from '../src/model/ai-sdk';
 import { remoteModel } from '../src/model/choose';
 import { findProvider } from '../src/model/providers';
 import type { DocumentModel, ModelCall } from '../src/model/types';
-import { applicationFailure, cleanupAfterAll, modelServerFor, SAMPLE_TEXT } from './helpers';
+import { applicationFailure, cleanupAfterAll, modelServerFor, SAMPLE_TEXT, until } from './helpers';
 import type { ChatReply } from './helpers';
 
 const defer = cleanupAfterAll();
@@ -481,21 +481,13 @@ for (const wire of WIRES) {
       const server = await wire.start(() => 'hang');
       const controller = new AbortController();
       const asked = modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call({ signal: controller.signal }));
-      await until(() => server.requests.length === 1);
+      await until(() => server.requests.length === 1, 'the request to arrive');
       const reason = new Error('activity cancelled');
       controller.abort(reason);
       await assert.rejects(asked, (err) => err === reason);
-      await until(() => server.requests[0]?.cutOff === true);
+      await until(() => server.requests[0]?.cutOff === true, 'the request to be cut off');
     });
   });
-}
-
-async function until(condition: () => boolean, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 describe('switching provider is one variable', () => {
