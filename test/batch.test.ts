@@ -10,6 +10,8 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import * as grpc from '@grpc/grpc-js';
+import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { batch } from '../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
@@ -30,6 +32,7 @@ import {
   SAMPLE_TEXT,
   scratchDir,
   tempParts,
+  until,
 } from './helpers';
 import type { LocalParts } from './helpers';
 
@@ -273,6 +276,62 @@ describe('the batch workflow', () => {
 
     assert.equal(report.exitCode, 0, lines.join('\n'));
     assert.ok(said(/^A worker is polling task queue ".*": carrying on\.$/), lines.join('\n'));
+    await publishedOnce(local, files);
+  });
+
+  it('lets go of every call to Temporal when its signal stops the follow, and the batch carries on', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir, files } = folderOf(2);
+    // Counts the calls out on this connection, retries included: none may outlive the follow (npm start closes
+    // the connection next, and a call out then would retry on the closed channel and crash the process).
+    let out = 0;
+    const counting: grpc.Interceptor = (options, nextCall) =>
+      new grpc.InterceptingCall(nextCall(options), {
+        start(metadata, _listener, next) {
+          out += 1;
+          next(
+            metadata,
+            new grpc.ListenerBuilder()
+              .withOnReceiveStatus((status, nextStatus) => {
+                out -= 1;
+                nextStatus(status);
+              })
+              .build(),
+          );
+        },
+      });
+    const connection = await Connection.connect({
+      address: env.address,
+      interceptors: [makeGrpcRetryInterceptor(defaultGrpcRetryOptions()), counting],
+    });
+    defer(() => connection.close());
+    const client = new Client({ connection });
+    const lines: string[] = [];
+    const follow = new AbortController();
+    // No worker yet: the follow waits in the result's long poll and the progress query.
+    const processing = processDocuments(client, config, local.blobs, [dir], {
+      everyMs: 200,
+      print: (line) => lines.push(line),
+      signal: follow.signal,
+    });
+    const settled = processing.then(
+      () => 'finished',
+      (err: unknown) => (err === follow.signal.reason ? 'stopped' : err),
+    );
+    await until(() => lines.some((l) => l.startsWith('Batch ')) && out > 0, 'the batch followed', 15_000);
+
+    const stoppedAt = Date.now();
+    follow.abort();
+
+    assert.equal(await Promise.race([settled, sleep(10_000).then(() => 'still following')]), 'stopped');
+    assert.ok(Date.now() - stoppedAt < 5_000, `the follow took ${Date.now() - stoppedAt} ms to stop`);
+    assert.equal(out, 0, 'a call to Temporal outlived the follow');
+    // Stopping the follow stopped nothing else: a worker finishes the batch, followed again from the start.
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const report = await worker.runUntil(
+      processDocuments(env.client, config, local.blobs, [dir], { everyMs: 200, print: () => {} }),
+    );
+    assert.equal(report.tally?.done, 2);
     await publishedOnce(local, files);
   });
 

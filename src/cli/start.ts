@@ -28,6 +28,9 @@ async function run(): Promise<void> {
   const { deps, stores, close } = await createDependencies(config);
   let interrupted = false;
   let finished = false;
+  // Stops following the batch when the worker stops first (Ctrl-C, a worker failure): see the finally below.
+  const follow = new AbortController();
+  let following: Promise<unknown> = Promise.resolve();
   try {
     const worker = await createPipelineWorker({
       connection: nativeConnection,
@@ -53,15 +56,16 @@ async function run(): Promise<void> {
       process.once('SIGINT', () => process.exit(130));
     });
     let outcomes;
+    const report = processDocuments(client, config, stores.blobs, paths, {
+      since,
+      stream: process.stdout,
+      rerun: args.rerun,
+      configuredModel: deps.model.info,
+      signal: follow.signal,
+    });
+    following = report.catch(() => undefined);
     try {
-      outcomes = await worker.runUntil(
-        processDocuments(client, config, stores.blobs, paths, {
-          since,
-          stream: process.stdout,
-          rerun: args.rerun,
-          configuredModel: deps.model.info,
-        }),
-      );
+      outcomes = await worker.runUntil(report);
     } catch (err) {
       if (!interrupted) throw err;
       return;
@@ -69,6 +73,10 @@ async function run(): Promise<void> {
     process.exitCode = outcomes.exitCode;
     finished = true;
   } finally {
+    // No call to Temporal may outlive the client's connection: one still out when the server stops would retry
+    // on the closed channel and crash the process. Cancel them and wait until the follow has let go.
+    follow.abort();
+    await following;
     await close();
     await nativeConnection.close();
     await closeClient();
@@ -77,7 +85,6 @@ async function run(): Promise<void> {
     // Last, once the embedded server is stopped: a link only while something serves it.
     const ui = finished ? await webUiLine(target, config) : undefined;
     if (ui !== undefined) console.log(ui);
-    // Stop here: the abandoned progress polling would otherwise retry on the connections just closed.
     if (interrupted) process.exit(130);
   }
 }

@@ -43,6 +43,12 @@ export interface ProcessOptions {
   configuredModel?: ModelInfo;
   /** Tests: the batch's history budget, to see it continue as new on a small batch. */
   historyBudget?: number;
+  /**
+   * Stops following the batch (the batch itself carries on): every call to Temporal under way is cancelled and the
+   * returned promise rejects with the signal's reason soon after. Wait for that before closing the client's
+   * connection: a call still out would retry on the closed channel and crash the process.
+   */
+  signal?: AbortSignal;
 }
 
 /** How a batch ended: the listed outcomes (every document of a small batch; the failures of a big one). */
@@ -68,8 +74,27 @@ export async function processDocuments(
   paths: readonly string[],
   options: ProcessOptions = {},
 ): Promise<BatchReport> {
-  const { since = Date.now(), print = console.log, rerun = false } = options;
-  const { entries, rejected } = await storeDocuments(config, blobs, paths, options.uploadConcurrency ?? 8);
+  const { signal } = options;
+  if (signal === undefined) return runBatch(client, config, blobs, paths, options);
+  signal.throwIfAborted();
+  return client.connection.withAbortSignal(signal, () => runBatch(client, config, blobs, paths, options));
+}
+
+async function runBatch(
+  client: Client,
+  config: Config,
+  blobs: BlobStore,
+  paths: readonly string[],
+  options: ProcessOptions,
+): Promise<BatchReport> {
+  const { since = Date.now(), print = console.log, rerun = false, signal } = options;
+  const { entries, rejected } = await storeDocuments(
+    config,
+    blobs,
+    paths,
+    options.uploadConcurrency ?? 8,
+    signal,
+  );
   const small = entries.length <= TABLE_LIMIT;
   // A small batch lists them in its table at the end; a big one says so now, as it says each failure.
   if (!small)
@@ -122,7 +147,10 @@ export async function processDocuments(
     everyMs: options.everyMs ?? 1_000,
     perDocument: small ? entries : undefined,
     resumedBefore: resumed ? attachedAt : undefined,
+    signal,
   });
+  // A call started once the signal fired would not be cancelled by it.
+  signal?.throwIfAborted();
 
   const outcomes = small
     ? [...rejected, ...(await readOutcomes(client, entries, since, print))]
@@ -153,6 +181,7 @@ async function storeDocuments(
   blobs: BlobStore,
   paths: readonly string[],
   concurrency: number,
+  signal: AbortSignal | undefined,
 ): Promise<{ entries: BatchEntry[]; rejected: DocumentOutcome[] }> {
   const entries: BatchEntry[] = [];
   const rejected: DocumentOutcome[] = [];
@@ -184,10 +213,11 @@ async function storeDocuments(
     );
     inFlight.add(stored);
     if (inFlight.size >= concurrency) await Promise.race(inFlight);
-    if (failure !== undefined) break;
+    if (failure !== undefined || signal?.aborted === true) break;
   }
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
+  signal?.throwIfAborted();
   return { entries, rejected };
 }
 
@@ -217,6 +247,7 @@ async function followBatch(
     perDocument: readonly BatchEntry[] | undefined;
     /** When this client attached to a batch under way: what it had taken up before was taken up earlier. */
     resumedBefore: number | undefined;
+    signal: AbortSignal | undefined;
   },
 ): Promise<BatchProgress> {
   const display = new BatchProgressDisplay(total, options);
@@ -241,8 +272,11 @@ async function followBatch(
   // The query in flight: each is bounded (a query waits for a worker to answer it), and the last one is awaited
   // before the follow ends, so no call outlives it (nor retries on a connection its caller closes next).
   let asked: Promise<BatchProgress | undefined> = Promise.resolve(undefined);
+  const { signal } = options;
+  // Aborting cancels the calls under way (the result's long poll ends `ended`); this wakes the waits between them.
+  const stopped = new Promise<void>((resolve) => signal?.addEventListener('abort', () => resolve()));
   try {
-    while (final === undefined && failure === undefined) {
+    while (final === undefined && failure === undefined && signal?.aborted !== true) {
       // While no worker answers, the watchdog looks at the task queue.
       asked = client.connection
         .withDeadline(Date.now() + 10_000, () => handle.query(batchProgressQuery, display.seenFailures))
@@ -251,7 +285,12 @@ async function followBatch(
           () => undefined,
         );
       const answer = (): Promise<BatchProgress | undefined | 'slow'> =>
-        Promise.race([asked, ended.then(() => undefined), sleep(3_000).then(() => 'slow' as const)]);
+        Promise.race([
+          asked,
+          ended.then(() => undefined),
+          stopped.then(() => undefined),
+          sleep(3_000).then(() => 'slow' as const),
+        ]);
       let progress = await answer();
       while (progress === 'slow') {
         await watchdog.check();
@@ -265,12 +304,16 @@ async function followBatch(
           await showDocuments(client, progress.open, titles, shown, (l) => display.log(l));
         }
       }
-      await Promise.race([ended, sleep(options.everyMs)]);
+      await Promise.race([ended, stopped, sleep(options.everyMs)]);
     }
   } finally {
     await asked;
+    // Its long poll was cancelled with the rest: wait for it to say so, so that nothing outlives the follow.
+    if (signal?.aborted === true) await ended;
     display.stop();
   }
+  // Cancelled by the signal, not failed: the batch carries on without this client.
+  options.signal?.throwIfAborted();
   if (failure !== undefined)
     throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
   if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);
