@@ -3,7 +3,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../src/config';
-import { tempDir } from './helpers';
+import { UserFacingError } from '../src/lib/run-main';
+import { connectClient, connectWorker } from '../src/temporal/connection';
+import { freePort, tempDir } from './helpers';
 
 /** The connection settings as every entry point reads them: through loadConfig. */
 const temporalConnection = (env: NodeJS.ProcessEnv) => loadConfig(env).temporal;
@@ -72,5 +74,34 @@ describe('connecting to a secured cluster by configuration alone (envconfig)', (
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('no server at the configured address', () => {
+  const advice = '`npm run server` (the embedded server, until Ctrl-C), or set TEMPORAL_ADDRESS';
+
+  it('a client (npm run pipeline, npm start with TEMPORAL_ADDRESS) says what to do, not the transport error', async () => {
+    const address = `127.0.0.1:${await freePort()}`;
+    const config = loadConfig({ TEMPORAL_ADDRESS: address });
+    await assert.rejects(connectClient(config, { connectTimeout: '1 second' }), (err: unknown) => {
+      assert.ok(err instanceof UserFacingError, String(err));
+      assert.equal(
+        err.message,
+        `No Temporal server answers at ${address} (nothing answered in time): start one with ${advice}`,
+      );
+      return true;
+    });
+  });
+
+  it('a worker says the same, with the transport reason', async () => {
+    const address = `127.0.0.1:${await freePort()}`;
+    await assert.rejects(connectWorker(loadConfig({ TEMPORAL_ADDRESS: address })), (err: unknown) => {
+      assert.ok(err instanceof UserFacingError, String(err));
+      assert.equal(
+        err.message,
+        `No Temporal server answers at ${address} (Connection refused): start one with ${advice}`,
+      );
+      return true;
+    });
   });
 });

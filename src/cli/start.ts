@@ -5,7 +5,6 @@ import { processDocuments } from '../runs/batch';
 import { connectClient, connectWorker } from '../temporal/connection';
 import { connectOrStartTemporal, webUiLine } from '../temporal/dev-server';
 import { parseRunArgs } from './args';
-import { exitQuietlyWhenOutputCloses } from './exit-paths';
 import { quietSdkLogs } from '../temporal/runtime';
 import { createPipelineWorker } from '../temporal/worker';
 
@@ -16,7 +15,6 @@ import { createPipelineWorker } from '../temporal/worker';
  */
 async function run(): Promise<void> {
   const since = Date.now();
-  exitQuietlyWhenOutputCloses();
   const config = loadConfig();
   const tracing = quietSdkLogs(config);
   const args = parseRunArgs(process.argv.slice(2));

@@ -11,6 +11,7 @@ export class UserFacingError extends Error {
  * message (configuration, no server) is one line; the stack is for LOG_LEVEL=debug and for the unexpected.
  */
 export function runMain(run: () => Promise<void>): void {
+  exitQuietlyWhenOutputCloses();
   run().catch((err: unknown) => {
     const log = logger();
     const details = (e: Error) => (logsStacks(log) ? errorFields(e, true) : {});
@@ -25,4 +26,17 @@ export function runMain(run: () => Promise<void>): void {
     } else log.error(errorFields(err, true), err instanceof Error ? err.message : String(err));
     process.exit(1);
   });
+}
+
+/**
+ * `npm start | head`: once the reader is gone, writing to stdout fails with EPIPE. Exit at once, without a stack
+ * trace, as a command killed by SIGPIPE would; the exit hooks stop what this process started.
+ */
+function exitQuietlyWhenOutputCloses(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EPIPE') process.exit(0);
+      throw err;
+    });
+  }
 }

@@ -2,6 +2,7 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import type { DataConverter, Duration } from '@temporalio/common';
 import type { Config } from '../config';
+import { UserFacingError } from '../lib/run-main';
 import type { TemporalSettings } from './settings';
 import { clientTracingInterceptors } from '../telemetry/tracing';
 import { dataConverterFor } from './codec';
@@ -45,6 +46,8 @@ export async function connectClient(
     address: endpoint.address,
     ...endpoint.secure,
     ...(connectTimeout !== undefined ? { connectTimeout } : {}),
+  }).catch((err: unknown) => {
+    throw noServerAt(endpoint, err);
   });
   const dataConverter = dataConverterFor(config);
   // With tracing started in this process, starting a run opens the document's trace (src/telemetry/tracing.ts).
@@ -58,5 +61,27 @@ export function connectWorker(
   config: Pick<Config, 'temporal'>,
   endpoint: TemporalEndpoint = configuredEndpoint(config),
 ): Promise<NativeConnection> {
-  return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure });
+  return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure }).catch((err: unknown) => {
+    throw noServerAt(endpoint, err);
+  });
+}
+
+/**
+ * A connection that could not be made, as what to do about it. Connecting fails only on the way to the server
+ * (nothing listening, a name that does not resolve, TLS): the transport's own words (a Rust error chain, or
+ * grpc's "Failed to connect before the deadline") are kept as the cause, shortened to what matters.
+ */
+function noServerAt({ address }: TemporalEndpoint, err: unknown): unknown {
+  if (!(err instanceof Error)) return err;
+  const text = err.message;
+  const reason =
+    /message: "([^"]+)"/.exec(text)?.[1] ??
+    /dns error|tls|certificate/i.exec(text)?.[0] ??
+    (/before the deadline/.test(text) ? 'nothing answered in time' : undefined);
+  if (err.name !== 'TransportError' && reason === undefined) return err;
+  return new UserFacingError(
+    `No Temporal server answers at ${address}${reason === undefined ? '' : ` (${reason})`}: start one with ` +
+      '`npm run server` (the embedded server, until Ctrl-C), or set TEMPORAL_ADDRESS',
+    { cause: err },
+  );
 }

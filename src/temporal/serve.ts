@@ -1,10 +1,8 @@
 import type { ActivityDependencies } from '../../activities';
 import type { Config } from '../config';
 import { createDependencies } from '../dependencies';
-import { UserFacingError } from '../lib/run-main';
 import { dataConverterFor } from './codec';
 import { configuredEndpoint, connectWorker } from './connection';
-import type { TemporalEndpoint } from './connection';
 import { createPipelineWorker } from './worker';
 import type { PipelineWorkerOptions } from './worker';
 
@@ -22,9 +20,7 @@ export async function servePipeline(
   { adjust, ...options }: ServeOptions = {},
 ): Promise<void> {
   const endpoint = configuredEndpoint(config);
-  const connection = await connectWorker(config, endpoint).catch((err: unknown) => {
-    throw err instanceof Error && err.name === 'TransportError' ? noServerAt(endpoint, err) : err;
-  });
+  const connection = await connectWorker(config, endpoint);
   const parts = await createDependencies(config);
   const deps = adjust ? adjust(parts.deps) : parts.deps;
   try {
@@ -48,16 +44,4 @@ export async function servePipeline(
     await parts.close();
     await connection.close();
   }
-}
-
-/** A failed connection as what to do about it; the transport's own words (a Rust error chain) only as the cause. */
-function noServerAt({ address }: TemporalEndpoint, err: Error): UserFacingError {
-  const text = err.message;
-  // The native transport error reads `... message: "Connection refused" ...`: keep the words that matter.
-  const reason = /message: "([^"]+)"/.exec(text)?.[1] ?? /dns error|tls|certificate/i.exec(text)?.[0];
-  return new UserFacingError(
-    `No Temporal server answers at ${address}${reason === undefined ? '' : ` (${reason})`}: start one with ` +
-      '`npm run server` (the embedded server, until Ctrl-C), or set TEMPORAL_ADDRESS',
-    { cause: err },
-  );
 }
