@@ -101,24 +101,34 @@ function mulberry32(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const random = mulberry32(SEED);
-const between = (min: number, max: number): number => Math.round(min + random() * (max - min));
-function shuffled<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    const [x, y] = [out[i], out[j]];
-    if (x === undefined || y === undefined) continue;
-    [out[i], out[j]] = [y, x];
+/** The scenario's own stream of choices: the two scenarios run at once, each replayable from the seed. */
+function seededChoices(seed: number) {
+  const random = mulberry32(seed);
+  const between = (min: number, max: number): number => Math.round(min + random() * (max - min));
+  function shuffled<T>(items: readonly T[]): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = Math.floor(random() * (i + 1));
+      const [x, y] = [out[i], out[j]];
+      if (x === undefined || y === undefined) continue;
+      [out[i], out[j]] = [y, x];
+    }
+    return out;
   }
-  return out;
+  return { random, between, shuffled };
 }
 
-const log = (line: string): void => console.log(`chaos: ${line}`);
 const T0 = Date.now();
-const debug = (line: string): void => {
-  if (process.env.CHAOS_DEBUG) console.log(`chaos debug +${((Date.now() - T0) / 1000).toFixed(2)}: ${line}`);
-};
+/** A scenario's log lines, named for it: the two scenarios write at once. */
+function scenarioLog(name: string) {
+  return {
+    log: (line: string): void => console.log(`chaos (${name}): ${line}`),
+    debug: (line: string): void => {
+      if (process.env.CHAOS_DEBUG)
+        console.log(`chaos (${name}) debug +${((Date.now() - T0) / 1000).toFixed(2)}: ${line}`);
+    },
+  };
+}
 const keyOf = (request: ChatRequest): string => request.idempotencyKey ?? '(no key)';
 
 /**
@@ -153,6 +163,7 @@ interface Effect {
 async function startFleetReceiver(
   dedupes: boolean,
   dir: string,
+  debug: (line: string) => void,
 ): Promise<{
   urlFor(host: HostName): string;
   effects: Effect[];
@@ -251,396 +262,412 @@ Runtime.install({
   telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
 });
 
-for (const dedupes of [true, false]) {
-  const receiverKind = dedupes ? 'a receiver that dedupes by key' : 'a receiver that ignores Idempotency-Key';
-  describe(`chaos on two worker hosts sharing PostgreSQL, with ${receiverKind}`, () => {
-    const dir = tempDir('chaos-');
-    const dbFilename = path.join(dir, 'temporal.db');
-    const taskQueue = `chaos-${randomUUID()}`;
-    const processes: WorkerProcess[] = [];
-    const workers = new Map<HostName, WorkerProcess>();
-    const cleanups: (() => Promise<void>)[] = [];
-    let databaseUrl: string;
-    let port: number;
-    let env: TestWorkflowEnvironment | undefined;
-    let model: ModelServer;
-    let receiver: Awaited<ReturnType<typeof startFleetReceiver>>;
-    let stores: Stores;
-    let bundlePath: string;
+// The two scenarios run at once: each has its own server, workers, model server, receiver and database, and most
+// of a scenario is waiting (for slow answers, heartbeat timeouts, stalls).
+describe('chaos', { concurrency: true }, () => {
+  for (const dedupes of [true, false]) {
+    const receiverKind = dedupes
+      ? 'a receiver that dedupes by key'
+      : 'a receiver that ignores Idempotency-Key';
+    const { random, between, shuffled } = seededChoices(dedupes ? SEED : SEED + 1);
+    const { log, debug } = scenarioLog(dedupes ? 'dedupes' : 'ignores key');
+    describe(`chaos on two worker hosts sharing PostgreSQL, with ${receiverKind}`, () => {
+      const dir = tempDir('chaos-');
+      const dbFilename = path.join(dir, 'temporal.db');
+      const taskQueue = `chaos-${randomUUID()}`;
+      const processes: WorkerProcess[] = [];
+      const workers = new Map<HostName, WorkerProcess>();
+      const cleanups: (() => Promise<void>)[] = [];
+      let databaseUrl: string;
+      let port: number;
+      let env: TestWorkflowEnvironment | undefined;
+      let model: ModelServer;
+      let receiver: Awaited<ReturnType<typeof startFleetReceiver>>;
+      let stores: Stores;
+      let bundlePath: string;
 
-    /** The dev server on its port and database file; the SDK gives it 5 s to answer, so a busy machine retries. */
-    const startServer = async (): Promise<TestWorkflowEnvironment> => {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await TestWorkflowEnvironment.createLocal({
-            server: {
-              executable: temporalExecutable('cli'),
-              ip: '127.0.0.1',
-              port,
-              dbFilename,
-              log: { format: 'pretty', level: 'error' },
-              extraArgs: devServerArgs({ persistent: true }),
-            },
-          });
-        } catch (err) {
-          if (attempt === 3) throw err;
-          log(`the dev server did not start (${String(err).slice(0, 120)}); trying again`);
-          await sleep(2_000);
+      /** The dev server on its port and database file; the SDK gives it 5 s to answer, so a busy machine retries. */
+      const startServer = async (): Promise<TestWorkflowEnvironment> => {
+        for (let attempt = 1; ; attempt++) {
+          try {
+            return await TestWorkflowEnvironment.createLocal({
+              server: {
+                executable: temporalExecutable('cli'),
+                ip: '127.0.0.1',
+                port,
+                dbFilename,
+                log: { format: 'pretty', level: 'error' },
+                extraArgs: devServerArgs({ persistent: true }),
+              },
+            });
+          } catch (err) {
+            if (attempt === 3) throw err;
+            log(`the dev server did not start (${String(err).slice(0, 120)}); trying again`);
+            await sleep(2_000);
+          }
         }
-      }
-    };
-
-    const startWorker = async (host: HostName): Promise<WorkerProcess> => {
-      const worker = await startCrashableWorker({
-        TEMPORAL_ADDRESS: `127.0.0.1:${port}`,
-        TEMPORAL_NAMESPACE: 'default',
-        TEMPORAL_TASK_QUEUE: taskQueue,
-        DATA_DIR: path.join(dir, host),
-        DATABASE_URL: databaseUrl,
-        OPENAI_BASE_URL: model.baseUrl.replace(/\/v1$/, `/${host}/v1`),
-        OPENAI_MODEL: 'chaos-model',
-        MODEL: '',
-        OPENAI_API_KEY: '',
-        PUBLISH_WEBHOOK_URL: receiver.urlFor(host),
-        WORKFLOW_BUNDLE_PATH: bundlePath,
-        WORKER_IDENTITY: `${host}-worker-${processes.length + 1}`,
-      });
-      processes.push(worker);
-      workers.set(host, worker);
-      return worker;
-    };
-
-    before(async () => {
-      log(`seed ${SEED} (replay with CHAOS_SEED=${SEED}); ${CHAOS_LENGTH} run; ${receiverKind}`);
-      const defer = (cleanup: () => Promise<void> | void): void => {
-        cleanups.push(async () => cleanup());
       };
-      databaseUrl = await freshDatabase(defer);
-      port = await freePort();
-      env = await startServer();
-      bundlePath = await writeWorkflowBundle(dir);
-      // A slow paid model: every answer takes 1 to 3 s, so kills and stalls land inside calls.
-      model = await startModelServer((request) => {
-        debug(`model: ${request.step} ${keyOf(request)} via ${request.route ?? '?'}`);
-        const content =
-          request.step === 'tag' ? '{"tags": ["chaos", "recovery"]}' : `A summary for ${keyOf(request)}.`;
-        return { body: completion(content), delayMs: between(1_000, 3_000) };
+
+      const startWorker = async (host: HostName): Promise<WorkerProcess> => {
+        const worker = await startCrashableWorker({
+          TEMPORAL_ADDRESS: `127.0.0.1:${port}`,
+          TEMPORAL_NAMESPACE: 'default',
+          TEMPORAL_TASK_QUEUE: taskQueue,
+          DATA_DIR: path.join(dir, host),
+          DATABASE_URL: databaseUrl,
+          OPENAI_BASE_URL: model.baseUrl.replace(/\/v1$/, `/${host}/v1`),
+          OPENAI_MODEL: 'chaos-model',
+          MODEL: '',
+          OPENAI_API_KEY: '',
+          PUBLISH_WEBHOOK_URL: receiver.urlFor(host),
+          WORKFLOW_BUNDLE_PATH: bundlePath,
+          WORKER_IDENTITY: `${host}-worker-${processes.length + 1}`,
+        });
+        processes.push(worker);
+        workers.set(host, worker);
+        return worker;
+      };
+
+      before(async () => {
+        log(`seed ${SEED} (replay with CHAOS_SEED=${SEED}); ${CHAOS_LENGTH} run; ${receiverKind}`);
+        const defer = (cleanup: () => Promise<void> | void): void => {
+          cleanups.push(async () => cleanup());
+        };
+        databaseUrl = await freshDatabase(defer);
+        port = await freePort();
+        env = await startServer();
+        bundlePath = await writeWorkflowBundle(dir);
+        // A slow paid model: every answer takes 1 to 3 s, so kills and stalls land inside calls.
+        model = await startModelServer((request) => {
+          debug(`model: ${request.step} ${keyOf(request)} via ${request.route ?? '?'}`);
+          const content =
+            request.step === 'tag' ? '{"tags": ["chaos", "recovery"]}' : `A summary for ${keyOf(request)}.`;
+          return { body: completion(content), delayMs: between(1_000, 3_000) };
+        });
+        receiver = await startFleetReceiver(dedupes, dir, debug);
+        stores = await openStores(
+          loadConfig({ DATABASE_URL: databaseUrl, DATA_DIR: path.join(dir, 'client') }),
+        );
       });
-      receiver = await startFleetReceiver(dedupes, dir);
-      stores = await openStores(
-        loadConfig({ DATABASE_URL: databaseUrl, DATA_DIR: path.join(dir, 'client') }),
+
+      after(async () => {
+        for (const worker of processes) {
+          if (worker.child.exitCode === null && worker.child.signalCode === null) {
+            worker.child.kill('SIGCONT');
+            await worker.kill();
+          }
+        }
+        await env?.teardown();
+        await receiver?.close();
+        await model?.close();
+        await stores?.close();
+        for (const cleanup of cleanups.reverse()) await cleanup();
+        fs.rmSync(dir, { recursive: true, force: true });
+      });
+
+      it(
+        'pays each model answer once, publishes each version of each document once, and loses nothing',
+        { timeout: 420_000 },
+        async () => {
+          const startedAt = Date.now();
+          const plan = shuffled(EVENTS);
+          const restartAfter = new Set(
+            shuffled(Array.from({ length: Math.min(5, EVENTS.length - 1) }, (_, i) => i + 1)).slice(
+              0,
+              SERVER_RESTARTS,
+            ),
+          );
+          log(
+            `plan: ${plan.join(', ')}; dev server restart after event(s) ${[...restartAfter].map((i) => i + 1)}`,
+          );
+          for (const host of HOSTS) await startWorker(host);
+
+          // The client: documents go to the shared blob store; each run is followed to its end.
+          const samples = collectDocuments([SAMPLES_DIR], 1_000_000).documents;
+          assert.equal(samples.length, 4);
+          const versions = new Map<string, number>();
+          const submitted: DocumentFile[] = [];
+          let feeding = true;
+          let lastSubmitAt = 0;
+          const submit = async (document: DocumentFile): Promise<void> => {
+            const current = env;
+            if (current === undefined) throw new Error('the dev server is restarting');
+            await submitDocument(current.client, stores.blobs, taskQueue, document);
+            submitted.push(document);
+            versions.set(document.documentId, (versions.get(document.documentId) ?? 0) + 1);
+            lastSubmitAt = Date.now();
+            debug(`submitted ${document.source} (${document.documentId})`);
+          };
+          const feeder = (async () => {
+            while (feeding) {
+              const due = Date.now() - lastSubmitAt >= SUBMIT_EVERY_MS;
+              const published = new Set(receiver.effects.map((e) => e.key)).size;
+              if (due && submitted.length - published < IN_FLIGHT) {
+                const n = versions.size;
+                try {
+                  await submit(samples[n] ?? generatedDocument(n));
+                  continue;
+                } catch {
+                  // The dev server is restarting: try again in a moment.
+                }
+              }
+              await sleep(100);
+            }
+          })();
+
+          // The operator: resolves the deliveries the ledger holds, from what the receiver's own log shows. It
+          // leaves a claim alone for a while: a POST may be under way, and a claim on a receiver that has echoed a
+          // key is sent again by the next retry without anyone's help.
+          const verdicts = { delivered: 0, unsent: 0 };
+          let operating = true;
+          const operator = (async () => {
+            while (operating) {
+              for (const entry of await stores.ledger.openClaims()) {
+                if (Date.now() - entry.updatedAt.getTime() < OPERATOR_GRACE_MS) continue;
+                const effect = receiver.effects.find((e) => e.key === entry.idempotencyKey);
+                if (effect !== undefined) {
+                  const receipt = {
+                    documentId: effect.documentId,
+                    revision: effect.revision,
+                    duplicate: true,
+                  };
+                  if (await stores.ledger.resolve(entry.idempotencyKey, { delivered: receipt }))
+                    verdicts.delivered += 1;
+                } else if (Date.now() - entry.updatedAt.getTime() > OPERATOR_PATIENCE_MS) {
+                  if (await stores.ledger.resolve(entry.idempotencyKey, 'unsent')) verdicts.unsent += 1;
+                }
+              }
+              await sleep(1_000);
+            }
+          })();
+
+          const kills: { host: HostName; at: number }[] = [];
+          const stalls: { host: HostName; key: string; since: number; ms: number }[] = [];
+          const events: { planned: EventKind; landed: string }[] = [];
+          const waitUntil = async (ready: () => boolean, timeoutMs: number): Promise<boolean> => {
+            const deadline = Date.now() + timeoutMs;
+            while (Date.now() < deadline) {
+              if (ready()) return true;
+              await sleep(10);
+            }
+            return false;
+          };
+          const kill = async (host: HostName): Promise<void> => {
+            const victim = workers.get(host);
+            assert.ok(victim);
+            kills.push({ host, at: Date.now() });
+            await victim.kill();
+            debug(`killed ${victim.identity}`);
+            await startWorker(host);
+          };
+          /** The newest open model call, once one arrives after `since`. */
+          const openCall = async (since: number): Promise<ChatRequest | undefined> => {
+            let found: ChatRequest | undefined;
+            await waitUntil(() => {
+              found = model.open().find((r) => r.receivedAt >= since && r.route !== undefined);
+              return found !== undefined;
+            }, WAIT_FOR_MOMENT_MS);
+            return found;
+          };
+          const hostOf = (request: ChatRequest): HostName =>
+            request.route === 'host-b' ? 'host-b' : 'host-a';
+          const anyHost = (): HostName => (random() < 0.5 ? 'host-a' : 'host-b');
+
+          const act = async (kind: EventKind): Promise<string> => {
+            if (kind === 'kill after a publish') {
+              const killed = new Promise<string>((resolve) => {
+                receiver.afterEffect = (effect) => {
+                  receiver.afterEffect = undefined;
+                  const host = effect.host === 'host-b' ? 'host-b' : 'host-a';
+                  workers.get(host)?.child.kill('SIGKILL');
+                  resolve(host);
+                };
+              });
+              const host = await Promise.race([
+                killed,
+                sleep(WAIT_FOR_MOMENT_MS, undefined, { ref: false }).then(() => undefined),
+              ]);
+              receiver.afterEffect = undefined;
+              if (host === 'host-a' || host === 'host-b') {
+                await kill(host);
+                return `SIGKILL ${host} right after its delivery took effect, before the reply`;
+              }
+            } else if (kind !== 'kill at random') {
+              const call = await openCall(Date.now());
+              if (call !== undefined) {
+                const host = hostOf(call);
+                if (kind === 'kill in a model call') {
+                  await sleep(between(0, 300));
+                  await kill(host);
+                  return `SIGKILL ${host} while the model server held ${call.step} ${keyOf(call)}`;
+                }
+                const victim = workers.get(host);
+                assert.ok(victim);
+                const ms = between(...STALL_MS);
+                victim.child.kill('SIGSTOP');
+                debug(`stopped ${victim.identity} for ${ms} ms`);
+                await sleep(ms);
+                victim.child.kill('SIGCONT');
+                stalls.push({ host, key: keyOf(call), since: call.receivedAt, ms });
+                return `SIGSTOP ${host} for ${(ms / 1000).toFixed(1)} s inside ${call.step} ${keyOf(call)}, then SIGCONT`;
+              }
+            }
+            const host = anyHost();
+            await kill(host);
+            return `SIGKILL ${host} at a random moment${kind === 'kill at random' ? '' : ` (no "${kind}" moment came)`}`;
+          };
+
+          let serverRestarts = 0;
+          for (const [i, kind] of plan.entries()) {
+            await sleep(between(500, 2_500));
+            const landed = await act(kind);
+            events.push({ planned: kind, landed });
+            log(`event ${events.length}: ${landed}`);
+            if (restartAfter.has(i)) {
+              const old = env;
+              env = undefined;
+              const stopped = Date.now();
+              await old?.teardown();
+              await sleep(between(500, 2_000));
+              env = await startServer();
+              serverRestarts += 1;
+              await sleep(1_000);
+              const restarted: string[] = [];
+              for (const host of HOSTS) {
+                const worker = workers.get(host);
+                if (
+                  worker === undefined ||
+                  worker.child.exitCode !== null ||
+                  worker.child.signalCode !== null
+                ) {
+                  await startWorker(host);
+                  restarted.push(host);
+                }
+              }
+              log(
+                `dev server restart: down ${((Date.now() - stopped) / 1000).toFixed(1)} s on the same database; ` +
+                  `${restarted.length === 0 ? 'both workers reconnected' : `restarted the worker of ${restarted.join(', ')}`}`,
+              );
+            }
+            if (i === 2) {
+              // An edit: the first document again with new content, once its first version is done.
+              const first = submitted[0];
+              const client = env?.client;
+              if (first !== undefined && client !== undefined) {
+                await client.workflow.getHandle(workflowIdFor(first.documentId)).result();
+                const text = `${first.bytes.toString('utf8')}\n\nRevised during the chaos run: a second version.\n`;
+                await submit({ ...first, bytes: Buffer.from(text, 'utf8') });
+                log(`edited ${first.source} and submitted it again (version 2 of ${first.documentId})`);
+              }
+            }
+          }
+          feeding = false;
+          await feeder;
+
+          // Nothing lost: every document's latest run completes.
+          const client = env?.client;
+          assert.ok(client);
+          for (const documentId of versions.keys()) {
+            await client.workflow.getHandle(workflowIdFor(documentId)).result();
+          }
+          operating = false;
+          await operator;
+          const finishedAt = Date.now();
+
+          // The evidence, all from outside the worker processes. Problems are collected so the figures print anyway.
+          const problems: string[] = [];
+          const check = (ok: boolean, problem: string): void => {
+            if (!ok) problems.push(problem);
+          };
+          // Each memo key paid once: per provider key (one per run and step), a second answer only when the memo did
+          // not hold the first when the second call went out (its answer was recorded later), and a SIGKILL of the
+          // first call's host landed between the two calls: the answer went to a process that died before recording
+          // it. Any kill does that, not only the ones aimed at a model call. Evidence, not a timing window: on a
+          // loaded machine the worker can take seconds between the answer and the memo write.
+          const recordedAt = await memoRecordedAt(databaseUrl);
+          const answers = new Map<string, ChatRequest[]>();
+          for (const request of model.requests) {
+            if (request.answeredAt === undefined) continue;
+            answers.set(keyOf(request), [...(answers.get(keyOf(request)) ?? []), request]);
+          }
+          let paidAgainAfterKill = 0;
+          for (const [key, sent] of answers) {
+            for (let i = 1; i < sent.length; i++) {
+              const earlier = sent[i - 1];
+              const later = sent[i];
+              if (earlier === undefined || later === undefined) continue;
+              const recorded = recordedAt.get(key);
+              const explained =
+                (recorded === undefined || recorded >= later.receivedAt) &&
+                kills.some(
+                  (k) => k.host === hostOf(earlier) && k.at >= earlier.receivedAt && k.at <= later.receivedAt,
+                );
+              if (explained) paidAgainAfterKill += 1;
+              check(
+                explained,
+                `${key}: answered ${sent.length} times with no SIGKILL to explain answer ${i + 1} ` +
+                  `(memo answer recorded ${recorded === undefined ? 'never' : `${recorded - later.receivedAt} ms after it was asked`})`,
+              );
+            }
+          }
+          for (const stall of stalls) {
+            // The frozen host's call is the last one under its key: the host that took the step over waited for it.
+            const calls = model.requests.filter((r) => keyOf(r) === stall.key && r.receivedAt >= stall.since);
+            check(
+              calls.length === 1,
+              `${stall.key}: ${calls.length} model calls from a ${stall.ms} ms stall of ${stall.host} on`,
+            );
+          }
+          const memoRows = await stores.memo.count();
+          check(
+            memoRows === submitted.length * 2,
+            `${memoRows} memoised answers for ${submitted.length * 2} model steps`,
+          );
+
+          // Each document published once per version: one effect per version, never two under one key.
+          for (const [documentId, count] of versions) {
+            const effects = receiver.effects.filter((e) => e.documentId === documentId);
+            check(
+              effects.length === count,
+              `${documentId}: ${effects.length} effects for ${count} version(s)`,
+            );
+            check(
+              new Set(effects.map((e) => e.key)).size === effects.length,
+              `${documentId}: two effects under one key`,
+            );
+          }
+          check(
+            receiver.effects.length === submitted.length,
+            `${receiver.effects.length} effects for ${submitted.length} versions`,
+          );
+          const stillOpen = await stores.ledger.openClaims();
+          check(
+            stillOpen.length === 0,
+            `open deliveries left: ${stillOpen.map((e) => e.idempotencyKey).join(', ')}`,
+          );
+
+          const count = (kind: string): number => events.filter((e) => e.landed.startsWith(kind)).length;
+          const figures = [
+            `seed ${SEED}`,
+            `${receiverKind}`,
+            `events ${events.length}: SIGKILL ${kills.length} (${count('SIGKILL host-a right after') + count('SIGKILL host-b right after')} after a publish), SIGSTOP ${stalls.length}`,
+            `dev server restarts ${serverRestarts}`,
+            `worker processes ${processes.length} on 2 hosts`,
+            `documents ${versions.size}, versions ${submitted.length}, effects at the receiver ${receiver.effects.length} (POSTs ${receiver.posts})`,
+            `model requests ${model.requests.length}, answers sent ${[...answers.values()].flat().length} for ${answers.size} keys, ` +
+              `paid again after a kill ${paidAgainAfterKill}, memo rows ${memoRows}`,
+            `ledger verdicts by the operator: delivered ${verdicts.delivered}, not delivered ${verdicts.unsent}`,
+            `${((finishedAt - startedAt) / 1000).toFixed(0)} s`,
+          ];
+          log(`figures: ${figures.join('; ')}`);
+
+          assert.deepEqual(problems, []);
+          assert.equal(events.length, EVENTS.length);
+          assert.equal(serverRestarts, SERVER_RESTARTS);
+          assert.ok(stalls.length >= 1, 'no stall landed inside a model call');
+          assert.ok(versions.size >= 6 && submitted.length > versions.size, 'too few documents, or no edit');
+        },
       );
     });
-
-    after(async () => {
-      for (const worker of processes) {
-        if (worker.child.exitCode === null && worker.child.signalCode === null) {
-          worker.child.kill('SIGCONT');
-          await worker.kill();
-        }
-      }
-      await env?.teardown();
-      await receiver?.close();
-      await model?.close();
-      await stores?.close();
-      for (const cleanup of cleanups.reverse()) await cleanup();
-      fs.rmSync(dir, { recursive: true, force: true });
-    });
-
-    it(
-      'pays each model answer once, publishes each version of each document once, and loses nothing',
-      { timeout: 420_000 },
-      async () => {
-        const startedAt = Date.now();
-        const plan = shuffled(EVENTS);
-        const restartAfter = new Set(
-          shuffled(Array.from({ length: Math.min(5, EVENTS.length - 1) }, (_, i) => i + 1)).slice(
-            0,
-            SERVER_RESTARTS,
-          ),
-        );
-        log(
-          `plan: ${plan.join(', ')}; dev server restart after event(s) ${[...restartAfter].map((i) => i + 1)}`,
-        );
-        for (const host of HOSTS) await startWorker(host);
-
-        // The client: documents go to the shared blob store; each run is followed to its end.
-        const samples = collectDocuments([SAMPLES_DIR], 1_000_000).documents;
-        assert.equal(samples.length, 4);
-        const versions = new Map<string, number>();
-        const submitted: DocumentFile[] = [];
-        let feeding = true;
-        let lastSubmitAt = 0;
-        const submit = async (document: DocumentFile): Promise<void> => {
-          const current = env;
-          if (current === undefined) throw new Error('the dev server is restarting');
-          await submitDocument(current.client, stores.blobs, taskQueue, document);
-          submitted.push(document);
-          versions.set(document.documentId, (versions.get(document.documentId) ?? 0) + 1);
-          lastSubmitAt = Date.now();
-          debug(`submitted ${document.source} (${document.documentId})`);
-        };
-        const feeder = (async () => {
-          while (feeding) {
-            const due = Date.now() - lastSubmitAt >= SUBMIT_EVERY_MS;
-            const published = new Set(receiver.effects.map((e) => e.key)).size;
-            if (due && submitted.length - published < IN_FLIGHT) {
-              const n = versions.size;
-              try {
-                await submit(samples[n] ?? generatedDocument(n));
-                continue;
-              } catch {
-                // The dev server is restarting: try again in a moment.
-              }
-            }
-            await sleep(100);
-          }
-        })();
-
-        // The operator: resolves the deliveries the ledger holds, from what the receiver's own log shows. It
-        // leaves a claim alone for a while: a POST may be under way, and a claim on a receiver that has echoed a
-        // key is sent again by the next retry without anyone's help.
-        const verdicts = { delivered: 0, unsent: 0 };
-        let operating = true;
-        const operator = (async () => {
-          while (operating) {
-            for (const entry of await stores.ledger.openClaims()) {
-              if (Date.now() - entry.updatedAt.getTime() < OPERATOR_GRACE_MS) continue;
-              const effect = receiver.effects.find((e) => e.key === entry.idempotencyKey);
-              if (effect !== undefined) {
-                const receipt = { documentId: effect.documentId, revision: effect.revision, duplicate: true };
-                if (await stores.ledger.resolve(entry.idempotencyKey, { delivered: receipt }))
-                  verdicts.delivered += 1;
-              } else if (Date.now() - entry.updatedAt.getTime() > OPERATOR_PATIENCE_MS) {
-                if (await stores.ledger.resolve(entry.idempotencyKey, 'unsent')) verdicts.unsent += 1;
-              }
-            }
-            await sleep(1_000);
-          }
-        })();
-
-        const kills: { host: HostName; at: number }[] = [];
-        const stalls: { host: HostName; key: string; since: number; ms: number }[] = [];
-        const events: { planned: EventKind; landed: string }[] = [];
-        const waitUntil = async (ready: () => boolean, timeoutMs: number): Promise<boolean> => {
-          const deadline = Date.now() + timeoutMs;
-          while (Date.now() < deadline) {
-            if (ready()) return true;
-            await sleep(10);
-          }
-          return false;
-        };
-        const kill = async (host: HostName): Promise<void> => {
-          const victim = workers.get(host);
-          assert.ok(victim);
-          kills.push({ host, at: Date.now() });
-          await victim.kill();
-          debug(`killed ${victim.identity}`);
-          await startWorker(host);
-        };
-        /** The newest open model call, once one arrives after `since`. */
-        const openCall = async (since: number): Promise<ChatRequest | undefined> => {
-          let found: ChatRequest | undefined;
-          await waitUntil(() => {
-            found = model.open().find((r) => r.receivedAt >= since && r.route !== undefined);
-            return found !== undefined;
-          }, WAIT_FOR_MOMENT_MS);
-          return found;
-        };
-        const hostOf = (request: ChatRequest): HostName => (request.route === 'host-b' ? 'host-b' : 'host-a');
-        const anyHost = (): HostName => (random() < 0.5 ? 'host-a' : 'host-b');
-
-        const act = async (kind: EventKind): Promise<string> => {
-          if (kind === 'kill after a publish') {
-            const killed = new Promise<string>((resolve) => {
-              receiver.afterEffect = (effect) => {
-                receiver.afterEffect = undefined;
-                const host = effect.host === 'host-b' ? 'host-b' : 'host-a';
-                workers.get(host)?.child.kill('SIGKILL');
-                resolve(host);
-              };
-            });
-            const host = await Promise.race([
-              killed,
-              sleep(WAIT_FOR_MOMENT_MS, undefined, { ref: false }).then(() => undefined),
-            ]);
-            receiver.afterEffect = undefined;
-            if (host === 'host-a' || host === 'host-b') {
-              await kill(host);
-              return `SIGKILL ${host} right after its delivery took effect, before the reply`;
-            }
-          } else if (kind !== 'kill at random') {
-            const call = await openCall(Date.now());
-            if (call !== undefined) {
-              const host = hostOf(call);
-              if (kind === 'kill in a model call') {
-                await sleep(between(0, 300));
-                await kill(host);
-                return `SIGKILL ${host} while the model server held ${call.step} ${keyOf(call)}`;
-              }
-              const victim = workers.get(host);
-              assert.ok(victim);
-              const ms = between(...STALL_MS);
-              victim.child.kill('SIGSTOP');
-              debug(`stopped ${victim.identity} for ${ms} ms`);
-              await sleep(ms);
-              victim.child.kill('SIGCONT');
-              stalls.push({ host, key: keyOf(call), since: call.receivedAt, ms });
-              return `SIGSTOP ${host} for ${(ms / 1000).toFixed(1)} s inside ${call.step} ${keyOf(call)}, then SIGCONT`;
-            }
-          }
-          const host = anyHost();
-          await kill(host);
-          return `SIGKILL ${host} at a random moment${kind === 'kill at random' ? '' : ` (no "${kind}" moment came)`}`;
-        };
-
-        let serverRestarts = 0;
-        for (const [i, kind] of plan.entries()) {
-          await sleep(between(500, 2_500));
-          const landed = await act(kind);
-          events.push({ planned: kind, landed });
-          log(`event ${events.length}: ${landed}`);
-          if (restartAfter.has(i)) {
-            const old = env;
-            env = undefined;
-            const stopped = Date.now();
-            await old?.teardown();
-            await sleep(between(500, 2_000));
-            env = await startServer();
-            serverRestarts += 1;
-            await sleep(1_000);
-            const restarted: string[] = [];
-            for (const host of HOSTS) {
-              const worker = workers.get(host);
-              if (
-                worker === undefined ||
-                worker.child.exitCode !== null ||
-                worker.child.signalCode !== null
-              ) {
-                await startWorker(host);
-                restarted.push(host);
-              }
-            }
-            log(
-              `dev server restart: down ${((Date.now() - stopped) / 1000).toFixed(1)} s on the same database; ` +
-                `${restarted.length === 0 ? 'both workers reconnected' : `restarted the worker of ${restarted.join(', ')}`}`,
-            );
-          }
-          if (i === 2) {
-            // An edit: the first document again with new content, once its first version is done.
-            const first = submitted[0];
-            const client = env?.client;
-            if (first !== undefined && client !== undefined) {
-              await client.workflow.getHandle(workflowIdFor(first.documentId)).result();
-              const text = `${first.bytes.toString('utf8')}\n\nRevised during the chaos run: a second version.\n`;
-              await submit({ ...first, bytes: Buffer.from(text, 'utf8') });
-              log(`edited ${first.source} and submitted it again (version 2 of ${first.documentId})`);
-            }
-          }
-        }
-        feeding = false;
-        await feeder;
-
-        // Nothing lost: every document's latest run completes.
-        const client = env?.client;
-        assert.ok(client);
-        for (const documentId of versions.keys()) {
-          await client.workflow.getHandle(workflowIdFor(documentId)).result();
-        }
-        operating = false;
-        await operator;
-        const finishedAt = Date.now();
-
-        // The evidence, all from outside the worker processes. Problems are collected so the figures print anyway.
-        const problems: string[] = [];
-        const check = (ok: boolean, problem: string): void => {
-          if (!ok) problems.push(problem);
-        };
-        // Each memo key paid once: per provider key (one per run and step), a second answer only when the memo did
-        // not hold the first when the second call went out (its answer was recorded later), and a SIGKILL of the
-        // first call's host landed between the two calls: the answer went to a process that died before recording
-        // it. Any kill does that, not only the ones aimed at a model call. Evidence, not a timing window: on a
-        // loaded machine the worker can take seconds between the answer and the memo write.
-        const recordedAt = await memoRecordedAt(databaseUrl);
-        const answers = new Map<string, ChatRequest[]>();
-        for (const request of model.requests) {
-          if (request.answeredAt === undefined) continue;
-          answers.set(keyOf(request), [...(answers.get(keyOf(request)) ?? []), request]);
-        }
-        let paidAgainAfterKill = 0;
-        for (const [key, sent] of answers) {
-          for (let i = 1; i < sent.length; i++) {
-            const earlier = sent[i - 1];
-            const later = sent[i];
-            if (earlier === undefined || later === undefined) continue;
-            const recorded = recordedAt.get(key);
-            const explained =
-              (recorded === undefined || recorded >= later.receivedAt) &&
-              kills.some(
-                (k) => k.host === hostOf(earlier) && k.at >= earlier.receivedAt && k.at <= later.receivedAt,
-              );
-            if (explained) paidAgainAfterKill += 1;
-            check(
-              explained,
-              `${key}: answered ${sent.length} times with no SIGKILL to explain answer ${i + 1} ` +
-                `(memo answer recorded ${recorded === undefined ? 'never' : `${recorded - later.receivedAt} ms after it was asked`})`,
-            );
-          }
-        }
-        for (const stall of stalls) {
-          // The frozen host's call is the last one under its key: the host that took the step over waited for it.
-          const calls = model.requests.filter((r) => keyOf(r) === stall.key && r.receivedAt >= stall.since);
-          check(
-            calls.length === 1,
-            `${stall.key}: ${calls.length} model calls from a ${stall.ms} ms stall of ${stall.host} on`,
-          );
-        }
-        const memoRows = await stores.memo.count();
-        check(
-          memoRows === submitted.length * 2,
-          `${memoRows} memoised answers for ${submitted.length * 2} model steps`,
-        );
-
-        // Each document published once per version: one effect per version, never two under one key.
-        for (const [documentId, count] of versions) {
-          const effects = receiver.effects.filter((e) => e.documentId === documentId);
-          check(effects.length === count, `${documentId}: ${effects.length} effects for ${count} version(s)`);
-          check(
-            new Set(effects.map((e) => e.key)).size === effects.length,
-            `${documentId}: two effects under one key`,
-          );
-        }
-        check(
-          receiver.effects.length === submitted.length,
-          `${receiver.effects.length} effects for ${submitted.length} versions`,
-        );
-        const stillOpen = await stores.ledger.openClaims();
-        check(
-          stillOpen.length === 0,
-          `open deliveries left: ${stillOpen.map((e) => e.idempotencyKey).join(', ')}`,
-        );
-
-        const count = (kind: string): number => events.filter((e) => e.landed.startsWith(kind)).length;
-        const figures = [
-          `seed ${SEED}`,
-          `${receiverKind}`,
-          `events ${events.length}: SIGKILL ${kills.length} (${count('SIGKILL host-a right after') + count('SIGKILL host-b right after')} after a publish), SIGSTOP ${stalls.length}`,
-          `dev server restarts ${serverRestarts}`,
-          `worker processes ${processes.length} on 2 hosts`,
-          `documents ${versions.size}, versions ${submitted.length}, effects at the receiver ${receiver.effects.length} (POSTs ${receiver.posts})`,
-          `model requests ${model.requests.length}, answers sent ${[...answers.values()].flat().length} for ${answers.size} keys, ` +
-            `paid again after a kill ${paidAgainAfterKill}, memo rows ${memoRows}`,
-          `ledger verdicts by the operator: delivered ${verdicts.delivered}, not delivered ${verdicts.unsent}`,
-          `${((finishedAt - startedAt) / 1000).toFixed(0)} s`,
-        ];
-        log(`figures: ${figures.join('; ')}`);
-
-        assert.deepEqual(problems, []);
-        assert.equal(events.length, EVENTS.length);
-        assert.equal(serverRestarts, SERVER_RESTARTS);
-        assert.ok(stalls.length >= 1, 'no stall landed inside a model call');
-        assert.ok(versions.size >= 6 && submitted.length > versions.size, 'too few documents, or no edit');
-      },
-    );
-  });
-}
+  }
+});
