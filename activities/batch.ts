@@ -1,5 +1,6 @@
 import { Context } from '@temporalio/activity';
-import { BatchManifestSchema, describeFailure } from '../src/batch-contract';
+import type { z } from 'zod';
+import { BatchManifestSchema, describeFailure, ManifestPageSchema } from '../src/batch-contract';
 import type { AwaitedRun, BatchEntry, RunVerdict } from '../src/batch-contract';
 import { parseOrFail } from '../src/contract';
 import type { PipelineResult } from '../src/contract';
@@ -13,21 +14,21 @@ import { withHeartbeats } from './heartbeat';
  * the worker's own client.
  */
 export function createBatchActivities(deps: { blobs: BlobStore }) {
-  // A manifest never changes (its reference is its content's hash), so each is read and checked once and kept for
-  // the pages that follow: reading it whole for every page made a batch's reads grow with the square of its size.
-  // The last few are kept, for batches running side by side.
-  const manifests = new Map<string, Promise<BatchEntry[]>>();
-  const entriesOf = (manifestRef: string): Promise<BatchEntry[]> => {
-    let entries = manifests.get(manifestRef);
-    if (entries === undefined) {
-      entries = readManifest(deps.blobs, manifestRef);
-      manifests.set(manifestRef, entries);
+  // A manifest and its pages never change (a reference is its content's hash), so each is read and checked once
+  // and kept for the reads that follow: reading a manifest whole for every page made a batch's reads grow with
+  // the square of its size. The last few are kept, for batches running side by side.
+  const kept = new Map<string, Promise<unknown>>();
+  const parsed = <T>(ref: string, schema: z.ZodType<T>, what: string): Promise<T> => {
+    let read = kept.get(ref) as Promise<T> | undefined;
+    if (read === undefined) {
+      read = readStored(deps.blobs, ref, schema, what);
+      kept.set(ref, read);
       // A failed read is not kept: the next page tries again.
-      entries.catch(() => manifests.delete(manifestRef));
-      const oldest = manifests.keys().next().value;
-      if (manifests.size > KEPT_MANIFESTS && oldest !== undefined) manifests.delete(oldest);
+      read.catch(() => kept.delete(ref));
+      const oldest = kept.keys().next().value;
+      if (kept.size > KEPT_BLOBS && oldest !== undefined) kept.delete(oldest);
     }
-    return entries;
+    return read;
   };
   return {
     /** Entries [offset, offset + limit) of the manifest stored under `manifestRef`. */
@@ -36,7 +37,28 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
       offset: number;
       limit: number;
     }): Promise<BatchEntry[]> {
-      return (await entriesOf(input.manifestRef)).slice(input.offset, input.offset + input.limit);
+      const { manifestRef, offset, limit } = input;
+      const manifest = await parsed(manifestRef, BatchManifestSchema, 'batch manifest');
+      if ('entries' in manifest) return manifest.entries.slice(offset, offset + limit);
+      const end = Math.min(offset + limit, manifest.total);
+      const out: BatchEntry[] = [];
+      // The pages the range spans: a short page (only the last may be) ends the read, and the batch says so.
+      for (let index = offset; index < end;) {
+        const pageNumber = Math.floor(index / manifest.pageSize);
+        const pageRef = manifest.pages[pageNumber];
+        if (pageRef === undefined) break;
+        const page = await parsed(
+          pageRef,
+          ManifestPageSchema,
+          `page ${pageNumber + 1} of batch manifest ${manifestRef}`,
+        );
+        const from = index - pageNumber * manifest.pageSize;
+        const taken = page.entries.slice(from, from + (end - index));
+        if (taken.length === 0) break;
+        out.push(...taken);
+        index += taken.length;
+      }
+      return out;
     },
 
     /**
@@ -72,16 +94,16 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
   };
 }
 
-/** Manifests a worker keeps parsed. */
-const KEPT_MANIFESTS = 4;
+/** Manifests and manifest pages a worker keeps parsed: a few batches' current pages. */
+const KEPT_BLOBS = 8;
 
-async function readManifest(blobs: BlobStore, manifestRef: string): Promise<BatchEntry[]> {
-  const bytes = await blobs.get(manifestRef);
+async function readStored<T>(blobs: BlobStore, ref: string, schema: z.ZodType<T>, what: string): Promise<T> {
+  const bytes = await blobs.get(ref);
   if (bytes === undefined) {
     throw new Error(
-      `batch manifest ${manifestRef} is not in ${blobs.where}; workers and clients must share ` +
+      `${what} ${ref} is not in ${blobs.where}; workers and clients must share ` +
         'one store (the same DATABASE_URL, or without it the same DATA_DIR)',
     );
   }
-  return parseOrFail(BatchManifestSchema, JSON.parse(bytes.toString('utf8')), 'batch manifest').entries;
+  return parseOrFail(schema, JSON.parse(bytes.toString('utf8')), what);
 }

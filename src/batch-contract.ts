@@ -22,8 +22,27 @@ export const BatchEntrySchema = z
   .strict();
 export type BatchEntry = z.infer<typeof BatchEntrySchema>;
 
-/** The manifest, as stored in the blob store: its reference is the batch's content, and so its identity. */
-export const BatchManifestSchema = z.object({ entries: z.array(BatchEntrySchema) }).strict();
+/** Entries per page of a big batch's manifest: what a client holds at once, however big the batch. */
+export const MANIFEST_PAGE_SIZE = 1_000;
+
+/** A page of entries, as stored in the blob store. A batch of one page is its own manifest. */
+export const ManifestPageSchema = z.object({ entries: z.array(BatchEntrySchema) }).strict();
+
+/**
+ * The manifest, as stored in the blob store: its reference is the batch's content, and so its identity. Up to a
+ * page of entries, the entries themselves; above, the references of its pages in order, each of `pageSize`
+ * entries but the last, so that neither the client nor a worker ever holds the whole list.
+ */
+export const BatchManifestSchema = z.union([
+  ManifestPageSchema,
+  z
+    .object({
+      pages: z.array(TextRefSchema).min(1),
+      pageSize: z.number().int().min(1),
+      total: z.number().int().min(0),
+    })
+    .strict(),
+]);
 export type BatchManifest = z.infer<typeof BatchManifestSchema>;
 
 export const BatchOptionsSchema = z

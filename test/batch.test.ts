@@ -14,7 +14,12 @@ import * as grpc from '@grpc/grpc-js';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { batch } from '../workflows';
-import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
+import {
+  BATCH_SCHEMA_VERSION,
+  BatchInputSchema,
+  BatchManifestSchema,
+  batchIdFor,
+} from '../src/batch-contract';
 import type { BatchEntry } from '../src/batch-contract';
 import { createBatchActivities } from '../activities/batch';
 import { loadConfig } from '../src/config';
@@ -92,6 +97,8 @@ describe('the batch workflow', () => {
       processDocuments(env.client, config, local.blobs, [dir], {
         window: 4,
         historyBudget: 80,
+        // The manifest in pages of 7 (the last of 2), as a big batch's: the batch reads across their boundaries.
+        manifestPageSize: 7,
         everyMs: 200,
         print: (line) => lines.push(line),
       }),
@@ -120,6 +127,14 @@ describe('the batch workflow', () => {
       lines.includes(`The batch continued as new ${runs.length - 1} time(s) to keep its history short.`),
       lines.join('\n'),
     );
+    // The batch got the manifest of pages: 30 entries in 5 pages.
+    const payload = latest.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
+    const { manifestRef } = BatchInputSchema.parse(JSON.parse(Buffer.from(payload ?? []).toString('utf8')));
+    const manifest = BatchManifestSchema.parse(
+      JSON.parse((await local.blobs.get(manifestRef))?.toString('utf8') ?? 'null'),
+    );
+    assert.ok('pages' in manifest, JSON.stringify(manifest));
+    assert.deepEqual([manifest.pages.length, manifest.pageSize, manifest.total], [5, 7, 30]);
   });
 
   it('attaches to documents done or under way elsewhere instead of running them again', async () => {
@@ -379,5 +394,49 @@ describe('readBatchEntries', () => {
       pages.push(...(await readBatchEntries({ manifestRef, offset, limit: 3 })));
     assert.deepEqual(pages, entries);
     assert.equal(reads, 1);
+  });
+
+  it("reads a big batch's manifest page by page, across the pages' boundaries, each page once", async () => {
+    const inner = new FileBlobStore(scratchDir(defer, 'manifest-pages-'));
+    const read: string[] = [];
+    const blobs: BlobStore = {
+      where: inner.where,
+      put: (bytes) => inner.put(bytes),
+      get: (ref) => {
+        read.push(ref);
+        return inner.get(ref);
+      },
+      sweep: (before, keep) => inner.sweep(before, keep),
+    };
+    const entries: BatchEntry[] = Array.from({ length: 10 }, (_, i) => ({
+      documentId: `doc-${i}`,
+      textRef: `sha256:${String(i).repeat(64).slice(0, 64)}`,
+      title: `Document ${i}`,
+      source: `doc-${i}.md`,
+    }));
+    const pageRefs: string[] = [];
+    for (let i = 0; i < entries.length; i += 4)
+      pageRefs.push(await blobs.put(Buffer.from(JSON.stringify({ entries: entries.slice(i, i + 4) }))));
+    const manifestRef = await blobs.put(
+      Buffer.from(JSON.stringify({ pages: pageRefs, pageSize: 4, total: entries.length })),
+    );
+    const { readBatchEntries } = createBatchActivities({ blobs });
+
+    const got = [];
+    for (let offset = 0; offset < entries.length; offset += 3)
+      got.push(...(await readBatchEntries({ manifestRef, offset, limit: 3 })));
+    assert.deepEqual(got, entries);
+    assert.deepEqual(await readBatchEntries({ manifestRef, offset: 2, limit: 7 }), entries.slice(2, 9));
+    assert.deepEqual(await readBatchEntries({ manifestRef, offset: 9, limit: 5 }), entries.slice(9));
+    assert.deepEqual(read, [manifestRef, ...pageRefs]);
+
+    // A page shorter than the manifest says ends the read there: the batch reports the manifest as short.
+    const short = await blobs.put(
+      Buffer.from(JSON.stringify({ pages: [pageRefs[0], pageRefs[2]], pageSize: 4, total: 8 })),
+    );
+    assert.deepEqual(await readBatchEntries({ manifestRef: short, offset: 3, limit: 5 }), [
+      entries[3],
+      ...entries.slice(8),
+    ]);
   });
 });

@@ -15,7 +15,7 @@ import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } fr
 import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
 import { loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
-import { BatchInputSchema, BatchManifestSchema } from '../src/batch-contract';
+import { BatchInputSchema, ManifestPageSchema } from '../src/batch-contract';
 import { processDocuments } from '../src/runs/batch';
 import { cleanupAfterAll, scratchDir } from './helpers';
 
@@ -450,7 +450,7 @@ describe('keyed document IDs (DOCUMENT_ID_SECRET)', () => {
 
     assert.equal(started.length, 1);
     const batchInput = BatchInputSchema.parse(started[0]?.input);
-    const manifest = BatchManifestSchema.parse(
+    const manifest = ManifestPageSchema.parse(
       JSON.parse((await blobs.get(batchInput.manifestRef))?.toString('utf8') ?? 'null'),
     );
     assert.deepEqual(

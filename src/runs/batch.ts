@@ -1,8 +1,15 @@
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { batch, batchProgressQuery, progressQuery } from '../../workflows';
-import { BATCH_SCHEMA_VERSION, batchIdFor, describeFailure, OPEN_LISTED } from '../batch-contract';
+import {
+  BATCH_SCHEMA_VERSION,
+  batchIdFor,
+  describeFailure,
+  MANIFEST_PAGE_SIZE,
+  OPEN_LISTED,
+} from '../batch-contract';
 import type { BatchEntry, BatchInput, BatchProgress, BatchTally } from '../batch-contract';
 import type { Config } from '../config';
 import { workflowIdFor } from '../contract';
@@ -43,6 +50,8 @@ export interface ProcessOptions {
   configuredModel?: ModelInfo;
   /** Tests: the batch's history budget, to see it continue as new on a small batch. */
   historyBudget?: number;
+  /** Tests: entries per manifest page (MANIFEST_PAGE_SIZE), to see a small batch stored in pages. */
+  manifestPageSize?: number;
   /**
    * Stops following the batch (the batch itself carries on): every call to Temporal under way is cancelled and the
    * returned promise rejects with the signal's reason soon after. Wait for that before closing the client's
@@ -88,18 +97,17 @@ async function runBatch(
   options: ProcessOptions,
 ): Promise<BatchReport> {
   const { since = Date.now(), print = console.log, rerun = false, signal } = options;
-  const { entries, rejected } = await storeDocuments(
-    config,
-    blobs,
-    paths,
-    options.uploadConcurrency ?? 8,
+  const { manifestRef, total, entries, rejected } = await storeDocuments(config, blobs, paths, {
+    concurrency: options.uploadConcurrency ?? 8,
+    pageSize: options.manifestPageSize ?? MANIFEST_PAGE_SIZE,
     signal,
-  );
-  const small = entries.length <= TABLE_LIMIT;
-  // A small batch lists them in its table at the end; a big one says so now, as it says each failure.
-  if (!small)
+  });
+  // A small batch lists its documents as they are taken up and in its table at the end; a big one lists its
+  // failures, the rejected files now.
+  const listed = total <= TABLE_LIMIT ? entries : undefined;
+  if (listed === undefined)
     for (const r of rejected) print(failureLine({ source: r.source, reason: r.error ?? 'rejected' }));
-  if (entries.length === 0) {
+  if (manifestRef === undefined) {
     printOutcomes(rejected, print);
     return {
       batchId: undefined,
@@ -109,12 +117,11 @@ async function runBatch(
     };
   }
 
-  const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
   const window = options.window ?? config.batchWindow;
   const input: BatchInput = {
     schemaVersion: BATCH_SCHEMA_VERSION,
     manifestRef,
-    total: entries.length,
+    total,
     options: {
       window,
       rerun,
@@ -137,25 +144,25 @@ async function runBatch(
   const startedAt = (await handle.describe()).startTime.getTime();
   const resumed = startedAt < attachedAt - 1_000;
   print(
-    `Batch ${batchId}: ${entries.length} document(s), ${window} at a time` +
+    `Batch ${batchId}: ${total} document(s), ${window} at a time` +
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
-  const final = await followBatch(client, handle, entries.length, config.taskQueue, {
+  const final = await followBatch(client, handle, total, config.taskQueue, {
     print,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
     everyMs: options.everyMs ?? 1_000,
-    perDocument: small ? entries : undefined,
+    perDocument: listed,
     resumedBefore: resumed ? attachedAt : undefined,
     signal,
   });
   // A call started once the signal fired would not be cancelled by it.
   signal?.throwIfAborted();
 
-  const outcomes = small
-    ? [...rejected, ...(await readOutcomes(client, entries, since, print))]
+  const outcomes = listed
+    ? [...rejected, ...(await readOutcomes(client, listed, since, print))]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
-  if (small)
+  if (listed)
     printOutcomes(
       outcomes,
       print,
@@ -172,22 +179,35 @@ async function runBatch(
 }
 
 /**
- * Reads and stores each document, a few stores in flight at a time, and lets its bytes go once stored: only the
- * list of references (a few hundred bytes a document) grows with the batch. The same version of a document
- * named twice is one entry.
+ * Reads and stores each document, a few stores in flight at a time, and lets its bytes go once stored; then its
+ * entry goes into the manifest page under way, and each full page is stored and let go. What the client holds
+ * does not grow with the batch: one page of entries, the pages' references (one per MANIFEST_PAGE_SIZE
+ * documents), and a 16-byte digest per document to know the same version of a document named twice (one entry).
+ * `entries` are the batch's, when it fits in one page.
  */
 async function storeDocuments(
   config: Config,
   blobs: BlobStore,
   paths: readonly string[],
-  concurrency: number,
-  signal: AbortSignal | undefined,
-): Promise<{ entries: BatchEntry[]; rejected: DocumentOutcome[] }> {
-  const entries: BatchEntry[] = [];
+  options: { concurrency: number; pageSize: number; signal: AbortSignal | undefined },
+): Promise<{
+  manifestRef: string | undefined;
+  total: number;
+  entries: BatchEntry[] | undefined;
+  rejected: DocumentOutcome[];
+}> {
+  const { concurrency, pageSize, signal } = options;
+  let page: BatchEntry[] = [];
+  const pages: string[] = [];
+  let total = 0;
   const rejected: DocumentOutcome[] = [];
   const seen = new Set<string>();
   const inFlight = new Set<Promise<void>>();
   let failure: unknown;
+  const storePage = async (): Promise<void> => {
+    pages.push(await blobs.put(Buffer.from(JSON.stringify({ entries: page }))));
+    page = [];
+  };
   for (const item of eachDocument(paths, config.maxDocumentBytes, { idSecret: config.documentIdSecret })) {
     if ('rejected' in item) {
       rejected.push(failedOutcome(item.rejected.source, undefined, item.rejected.reason));
@@ -195,15 +215,12 @@ async function storeDocuments(
     }
     const { document } = item;
     const textRef = versionOf(document.bytes);
-    const key = `${document.documentId} ${textRef}`;
+    const key = createHash('sha256')
+      .update(`${document.documentId} ${textRef}`)
+      .digest('base64url')
+      .slice(0, 22);
     if (seen.has(key)) continue;
     seen.add(key);
-    entries.push({
-      documentId: document.documentId,
-      textRef,
-      title: document.title,
-      source: document.source,
-    });
     const stored: Promise<void> = blobs.put(document.bytes).then(
       () => void inFlight.delete(stored),
       (err: unknown) => {
@@ -212,13 +229,24 @@ async function storeDocuments(
       },
     );
     inFlight.add(stored);
+    if (page.length === pageSize) await storePage();
+    page.push({ documentId: document.documentId, textRef, title: document.title, source: document.source });
+    total += 1;
     if (inFlight.size >= concurrency) await Promise.race(inFlight);
     if (failure !== undefined || signal?.aborted === true) break;
   }
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
   signal?.throwIfAborted();
-  return { entries, rejected };
+  if (total === 0) return { manifestRef: undefined, total, entries: undefined, rejected };
+  // One page is its own manifest (and keeps the batch ID it always had); more are listed by reference.
+  if (pages.length === 0) {
+    const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries: page })));
+    return { manifestRef, total, entries: page, rejected };
+  }
+  await storePage();
+  const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ pages, pageSize, total })));
+  return { manifestRef, total, entries: undefined, rejected };
 }
 
 function failedOutcome(source: string, workflowId: string | undefined, error: string): DocumentOutcome {
