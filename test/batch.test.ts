@@ -369,35 +369,9 @@ describe('the batch workflow', () => {
 });
 
 describe('readBatchEntries', () => {
-  it('reads and checks a manifest once, however many pages the batch asks for', async () => {
+  /** A blob store in a scratch folder that notes each reference read. */
+  function notedBlobs(): { blobs: BlobStore; read: string[] } {
     const inner = new FileBlobStore(scratchDir(defer, 'manifest-blobs-'));
-    let reads = 0;
-    const blobs: BlobStore = {
-      where: inner.where,
-      put: (bytes) => inner.put(bytes),
-      get: (ref) => {
-        reads++;
-        return inner.get(ref);
-      },
-      sweep: (before, keep) => inner.sweep(before, keep),
-    };
-    const entries: BatchEntry[] = Array.from({ length: 10 }, (_, i) => ({
-      documentId: `doc-${i}`,
-      textRef: `sha256:${String(i).repeat(64).slice(0, 64)}`,
-      title: `Document ${i}`,
-      source: `doc-${i}.md`,
-    }));
-    const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
-    const { readBatchEntries } = createBatchActivities({ blobs });
-    const pages = [];
-    for (let offset = 0; offset < entries.length; offset += 3)
-      pages.push(...(await readBatchEntries({ manifestRef, offset, limit: 3 })));
-    assert.deepEqual(pages, entries);
-    assert.equal(reads, 1);
-  });
-
-  it("reads a big batch's manifest page by page, across the pages' boundaries, each page once", async () => {
-    const inner = new FileBlobStore(scratchDir(defer, 'manifest-pages-'));
     const read: string[] = [];
     const blobs: BlobStore = {
       where: inner.where,
@@ -408,12 +382,28 @@ describe('readBatchEntries', () => {
       },
       sweep: (before, keep) => inner.sweep(before, keep),
     };
-    const entries: BatchEntry[] = Array.from({ length: 10 }, (_, i) => ({
-      documentId: `doc-${i}`,
-      textRef: `sha256:${String(i).repeat(64).slice(0, 64)}`,
-      title: `Document ${i}`,
-      source: `doc-${i}.md`,
-    }));
+    return { blobs, read };
+  }
+  const entries: BatchEntry[] = Array.from({ length: 10 }, (_, i) => ({
+    documentId: `doc-${i}`,
+    textRef: `sha256:${String(i).repeat(64).slice(0, 64)}`,
+    title: `Document ${i}`,
+    source: `doc-${i}.md`,
+  }));
+
+  it('reads and checks a manifest once, however many pages the batch asks for', async () => {
+    const { blobs, read } = notedBlobs();
+    const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
+    const { readBatchEntries } = createBatchActivities({ blobs });
+    const pages = [];
+    for (let offset = 0; offset < entries.length; offset += 3)
+      pages.push(...(await readBatchEntries({ manifestRef, offset, limit: 3 })));
+    assert.deepEqual(pages, entries);
+    assert.equal(read.length, 1);
+  });
+
+  it("reads a big batch's manifest page by page, across the pages' boundaries, each page once", async () => {
+    const { blobs, read } = notedBlobs();
     const pageRefs: string[] = [];
     for (let i = 0; i < entries.length; i += 4)
       pageRefs.push(await blobs.put(Buffer.from(JSON.stringify({ entries: entries.slice(i, i + 4) }))));
