@@ -21,8 +21,9 @@ import Database from 'better-sqlite3';
 import { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { batch, documentPipeline } from '../workflows';
+import { emptySteps } from './bench-workflows';
 import { BATCH_SCHEMA_VERSION } from '../src/batch-contract';
 import type { BatchEntry } from '../src/batch-contract';
 import { loadConfig } from '../src/config';
@@ -240,6 +241,7 @@ async function pipelineRuns(
         rows.push(await runEagerOneByOne(client, parts.stores.blobs, taskQueue, docs, workMs, options.label));
       }
     });
+    if (options.eager) rows.push(await runEmptySteps(server, client, docs.length));
     if (options.extras) {
       result.coldStart = await coldStart(server, parts.deps, taskQueue);
       result.killToResumeMs = await killToResume(server, config.dataDir);
@@ -364,6 +366,50 @@ async function runEagerOneByOne(
     docsPerSecond: round(docs.length / seconds),
     perStepOverheadMsP50: round(percentile(overhead, 50)),
     perStepOverheadMsP95: round(percentile(overhead, 95)),
+  };
+}
+
+/**
+ * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, one at a time, started
+ * eagerly as the row above: a document's time here is all overhead, the floor under the pipeline's.
+ */
+async function runEmptySteps(server: Server, client: Client, count: number): Promise<Row> {
+  const taskQueue = 'bench-empty-steps';
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: require.resolve('./bench-workflows'),
+    logger: silent,
+  });
+  const worker = await Worker.create({
+    connection: server.env.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: { code },
+    activities: { nothing: async () => {} },
+  });
+  const perDoc: number[] = [];
+  const started = performance.now();
+  await worker.runUntil(async () => {
+    for (let i = 0; i < count; i++) {
+      const t = performance.now();
+      await client.workflow.execute(emptySteps, {
+        taskQueue,
+        workflowId: `bench-empty-steps-${i}`,
+        requestEagerStart: true,
+      });
+      perDoc.push(performance.now() - t);
+    }
+  });
+  const seconds = (performance.now() - started) / 1000;
+  const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
+  return {
+    path: 'Temporal alone: the same three steps doing nothing, one at a time, eager start',
+    concurrency: 1,
+    docs: count,
+    msPerDocP50: round(percentile(perDoc, 50)),
+    msPerDocP95: round(percentile(perDoc, 95)),
+    docsPerSecond: round(count / seconds),
+    perStepOverheadMsP50: round(percentile(perStep, 50)),
+    perStepOverheadMsP95: round(percentile(perStep, 95)),
   };
 }
 
@@ -595,6 +641,8 @@ async function run(): Promise<void> {
         tunedAtOne?.perStepOverheadMsP50 !== undefined && full.perStepOverheadMsP50 !== undefined
           ? Math.round(tunedAtOne.perStepOverheadMsP50 / full.perStepOverheadMsP50)
           : undefined,
+      // The floor: the same shape of workflow with activities that do nothing, on the same server.
+      perStepMsP50TemporalAlone: rows.find((r) => r.path.startsWith('Temporal alone'))?.perStepOverheadMsP50,
       docsPerSecondBest: best,
       checkpointLoopMsPerDoc: {
         full: full.msPerDocP50,
