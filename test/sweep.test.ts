@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadConfig } from '../src/config';
+import { BATCH_SCHEMA_VERSION } from '../src/batch-contract';
 import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
@@ -240,7 +241,7 @@ describe('npm run sweep on a real dev server', () => {
           Buffer.from(`Stored after the cutoff ${randomUUID()}.`, 'utf8'),
         );
 
-        const openRuns = await findOpenRuns(client);
+        const openRuns = await findOpenRuns(client, stores.blobs);
         const removed = await sweepUnreferenced(stores, openRuns, cutoff);
 
         assert.ok(openRuns.workflowIds.has(open.workflowId));
@@ -305,10 +306,51 @@ describe('npm run sweep on a real dev server', () => {
       memo: { version: inMemo } satisfies RunMemo,
     });
     await untilListed(workflowId, true);
+    const stores = await storesFor(sqliteEnv());
 
-    const openRuns = await findOpenRuns(client);
+    const openRuns = await findOpenRuns(client, stores.blobs);
 
     assert.ok(openRuns.blobRefs.has(inMemo));
+  });
+
+  it("keeps an open batch's manifest, its pages and the texts of documents it has not started yet", async () => {
+    const stores = await storesFor(sqliteEnv());
+    const texts = await Promise.all(
+      [0, 1, 2, 3, 4].map((i) => stores.blobs.put(Buffer.from(`Text ${i} of ${randomUUID()}.`, 'utf8'))),
+    );
+    const entries = texts.map((textRef, i) => ({
+      documentId: `batch-doc-${i}-${randomUUID()}`,
+      textRef,
+      title: `Document ${i}`,
+      source: `doc-${i}.md`,
+    }));
+    const pages = [
+      await stores.blobs.put(Buffer.from(JSON.stringify({ entries: entries.slice(0, 3) }))),
+      await stores.blobs.put(Buffer.from(JSON.stringify({ entries: entries.slice(3) }))),
+    ];
+    const manifestRef = await stores.blobs.put(Buffer.from(JSON.stringify({ pages, pageSize: 3, total: 5 })));
+    const batchId = `batch-open-${randomUUID()}`;
+    // A batch no worker takes up: none of its documents has a run, so only the batch says what it needs.
+    await client.workflow.start('batch', {
+      taskQueue: `nobody-polls-${randomUUID()}`,
+      workflowId: batchId,
+      args: [{ schemaVersion: BATCH_SCHEMA_VERSION, manifestRef, total: 5, options: {} }],
+    });
+    await untilListed(batchId, true);
+    await sleep(20);
+
+    const openRuns = await findOpenRuns(client, stores.blobs);
+    const removed = await sweepUnreferenced(stores, openRuns, new Date());
+
+    assert.ok(openRuns.workflowIds.has(batchId));
+    for (const ref of [manifestRef, ...pages, ...texts])
+      assert.notEqual(await stores.blobs.get(ref), undefined, `${ref} was swept under an open batch`);
+    assert.equal(removed.blobs, 0);
+    // The same batch seen from another store (another data folder on this server) needs nothing there.
+    const other = await storesFor(sqliteEnv());
+    const fromOther = await findOpenRuns(client, other.blobs);
+    assert.ok(!fromOther.blobRefs.has(texts[0] ?? ''));
+    await client.workflow.getHandle(batchId).terminate('test over');
   });
 
   it('refuses to list open runs whose input it cannot decrypt, rather than guess they need nothing', async () => {
@@ -318,7 +360,7 @@ describe('npm run sweep on a real dev server', () => {
     defer(() => withoutKey.close());
 
     await assert.rejects(
-      findOpenRuns(withoutKey.client),
+      findOpenRuns(withoutKey.client, stores.blobs),
       /cannot read the input of document-open-.*Unknown encoding: binary\/encrypted.*PAYLOAD_ENCRYPTION_KEY/,
     );
   });

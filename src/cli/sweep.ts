@@ -25,8 +25,9 @@ be reached, nothing is removed.
   -h, --help               show this text`;
 
 /**
- * `npm run sweep -- --older-than <duration> [--dry-run]`: retention. Asks Temporal which pipeline runs are open
- * first, and refuses to sweep when it cannot tell; then removes what is older than the cutoff and not theirs.
+ * `npm run sweep -- --older-than <duration> [--dry-run]`: retention. Asks Temporal which pipeline runs and batches
+ * are open first, and refuses to sweep when it cannot tell; then removes what is older than the cutoff and not
+ * theirs.
  */
 async function run(): Promise<void> {
   const args = parseCommandLine(process.argv.slice(2));
@@ -59,19 +60,20 @@ async function run(): Promise<void> {
     return;
   }
   try {
-    let open: OpenRuns;
-    try {
-      open = await findOpenRuns(connected.client);
-    } catch (err) {
-      refuse(
-        `Cannot list the open runs on the Temporal server at ${address}: ${messageOf(err)}`,
-        'Fix that and run the sweep again.',
-      );
-      return;
-    }
-    const before = new Date(Date.now() - args.olderThanMs);
+    // The stores first: an open batch's manifest, read from them, says which texts it still needs.
     const stores = await openStores(config);
     try {
+      let open: OpenRuns;
+      try {
+        open = await findOpenRuns(connected.client, stores.blobs);
+      } catch (err) {
+        refuse(
+          `Cannot list the open runs on the Temporal server at ${address}: ${messageOf(err)}`,
+          'Fix that and run the sweep again.',
+        );
+        return;
+      }
+      const before = new Date(Date.now() - args.olderThanMs);
       const where = stores.backend === 'postgres' ? 'in PostgreSQL' : `in ${config.dataDir}`;
       if (args.dryRun) {
         console.log(

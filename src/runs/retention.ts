@@ -4,13 +4,20 @@
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
-import { documentPipeline } from '../../workflows';
+import { batch, documentPipeline } from '../../workflows';
+import { BatchManifestSchema, ManifestPageSchema } from '../batch-contract';
 import { TextRefSchema } from '../contract';
+import type { BlobStore } from '../documents/blobs';
 import type { Stores } from '../store/open';
 import { runMemo } from './latest-run';
 
-/** The runs the sweep must spare: every pipeline run the server still calls Running. */
-export const OPEN_RUNS_QUERY = `WorkflowType = '${documentPipeline.name}' AND ExecutionStatus = 'Running'`;
+/**
+ * The runs the sweep must spare: every pipeline run and every batch the server still calls Running. A batch
+ * needs its manifest, and the texts of the documents it has not started yet, which no pipeline run names.
+ */
+export const OPEN_RUNS_QUERY =
+  `(WorkflowType = '${documentPipeline.name}' OR WorkflowType = '${batch.name}') ` +
+  `AND ExecutionStatus = 'Running'`;
 
 /** What the open runs still need: their workflow IDs (memo and ledger rows) and the blobs they read. */
 export interface OpenRuns {
@@ -23,11 +30,16 @@ export interface OpenRuns {
  * when the server cannot answer or an input cannot be decoded (a missing decryption key): the sweep must then
  * remove nothing, since it cannot tell what is still needed.
  */
-export async function findOpenRuns(client: Client): Promise<OpenRuns> {
+export async function findOpenRuns(client: Client, blobs: BlobStore): Promise<OpenRuns> {
   const workflowIds = new Set<string>();
   const blobRefs = new Set<string>();
   for await (const run of client.workflow.list({ query: OPEN_RUNS_QUERY })) {
     workflowIds.add(run.workflowId);
+    if (run.type === batch.name) {
+      for (const ref of blobRefsIn(await runInput(client, run)))
+        for (const needed of await manifestRefs(blobs, ref)) blobRefs.add(needed);
+      continue;
+    }
     // submitDocument records the version (the text's blob reference) in the run's memo; runs started without it
     // (older submitters, other clients) are read from the input at the start of their history.
     const { version } = runMemo(run.memo);
@@ -35,6 +47,37 @@ export async function findOpenRuns(client: Client): Promise<OpenRuns> {
     for (const ref of refs) blobRefs.add(ref);
   }
   return { workflowIds, blobRefs };
+}
+
+/**
+ * What an open batch needs of the blob store: its manifest, the manifest's pages, and every document's text. The
+ * client stores a batch's texts where it stores its manifest, so a manifest not in this store (a batch of
+ * another store on the same server) means none of its texts are here either; a page not here is no longer the
+ * batch's to read, and its texts none of its runs' either.
+ */
+async function manifestRefs(blobs: BlobStore, manifestRef: string): Promise<string[]> {
+  /** The stored blob as JSON; undefined when it is not here, null when it is not JSON. */
+  const read = async (ref: string): Promise<unknown> => {
+    const bytes = await blobs.get(ref);
+    if (bytes === undefined) return undefined;
+    try {
+      return JSON.parse(bytes.toString('utf8'));
+    } catch {
+      return null;
+    }
+  };
+  const stored = await read(manifestRef);
+  if (stored === undefined) return [];
+  // A blob the input names that is no manifest (an input of another schema version) is kept as it is.
+  const manifest = BatchManifestSchema.safeParse(stored);
+  if (!manifest.success) return [manifestRef];
+  if ('entries' in manifest.data) return [manifestRef, ...manifest.data.entries.map((e) => e.textRef)];
+  const refs = [manifestRef, ...manifest.data.pages];
+  for (const pageRef of manifest.data.pages) {
+    const page = ManifestPageSchema.safeParse(await read(pageRef));
+    if (page.success) refs.push(...page.data.entries.map((e) => e.textRef));
+  }
+  return refs;
 }
 
 /** The run's input, read from its first history event and decoded (decrypted) as the workers decode it. */
