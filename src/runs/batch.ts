@@ -182,7 +182,7 @@ async function runBatch(
  * Reads and stores each document, a few stores in flight at a time, and lets its bytes go once stored; then its
  * entry goes into the manifest page under way, and each full page is stored and let go. What the client holds
  * does not grow with the batch: one page of entries, the pages' references (one per MANIFEST_PAGE_SIZE
- * documents), and a 16-byte digest per document to know the same version of a document named twice (one entry).
+ * documents), and a short digest per document to know the same version of a document named twice (one entry).
  * `entries` are the batch's, when it fits in one page.
  */
 async function storeDocuments(
