@@ -1,11 +1,10 @@
 import { Context } from '@temporalio/activity';
-import type { z } from 'zod';
-import { BatchManifestSchema, describeFailure, ManifestPageSchema } from '../src/batch-contract';
+import { describeFailure } from '../src/batch-contract';
 import type { AwaitedRun, BatchEntry, RunVerdict } from '../src/batch-contract';
-import { parseOrFail } from '../src/contract';
 import type { PipelineResult } from '../src/contract';
 import type { BlobStore } from '../src/documents/blobs';
 import { describeRun, settleLatestRun } from '../src/runs/latest-run';
+import { ManifestReader } from '../src/runs/manifest';
 import { withHeartbeats } from './heartbeat';
 
 /**
@@ -14,22 +13,7 @@ import { withHeartbeats } from './heartbeat';
  * the worker's own client.
  */
 export function createBatchActivities(deps: { blobs: BlobStore }) {
-  // A manifest and its pages never change (a reference is its content's hash), so each is read and checked once
-  // and kept for the reads that follow: reading a manifest whole for every page made a batch's reads grow with
-  // the square of its size. The last few are kept, for batches running side by side.
-  const kept = new Map<string, Promise<unknown>>();
-  const parsed = <T>(ref: string, schema: z.ZodType<T>, what: string): Promise<T> => {
-    let read = kept.get(ref) as Promise<T> | undefined;
-    if (read === undefined) {
-      read = readStored(deps.blobs, ref, schema, what);
-      kept.set(ref, read);
-      // A failed read is not kept: the next page tries again.
-      read.catch(() => kept.delete(ref));
-      const oldest = kept.keys().next().value;
-      if (kept.size > KEPT_BLOBS && oldest !== undefined) kept.delete(oldest);
-    }
-    return read;
-  };
+  const manifests = new ManifestReader(deps.blobs);
   return {
     /** Entries [offset, offset + limit) of the manifest stored under `manifestRef`. */
     async readBatchEntries(input: {
@@ -37,28 +21,7 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
       offset: number;
       limit: number;
     }): Promise<BatchEntry[]> {
-      const { manifestRef, offset, limit } = input;
-      const manifest = await parsed(manifestRef, BatchManifestSchema, 'batch manifest');
-      if ('entries' in manifest) return manifest.entries.slice(offset, offset + limit);
-      const end = Math.min(offset + limit, manifest.total);
-      const out: BatchEntry[] = [];
-      // The pages the range spans: a short page (only the last may be) ends the read, and the batch says so.
-      for (let index = offset; index < end;) {
-        const pageNumber = Math.floor(index / manifest.pageSize);
-        const pageRef = manifest.pages[pageNumber];
-        if (pageRef === undefined) break;
-        const page = await parsed(
-          pageRef,
-          ManifestPageSchema,
-          `page ${pageNumber + 1} of batch manifest ${manifestRef}`,
-        );
-        const from = index - pageNumber * manifest.pageSize;
-        const taken = page.entries.slice(from, from + (end - index));
-        if (taken.length === 0) break;
-        out.push(...taken);
-        index += taken.length;
-      }
-      return out;
+      return manifests.range(input.manifestRef, input.offset, input.limit);
     },
 
     /**
@@ -92,18 +55,4 @@ export function createBatchActivities(deps: { blobs: BlobStore }) {
       });
     },
   };
-}
-
-/** Manifests and manifest pages a worker keeps parsed: a few batches' current pages. */
-const KEPT_BLOBS = 8;
-
-async function readStored<T>(blobs: BlobStore, ref: string, schema: z.ZodType<T>, what: string): Promise<T> {
-  const bytes = await blobs.get(ref);
-  if (bytes === undefined) {
-    throw new Error(
-      `${what} ${ref} is not in ${blobs.where}; workers and clients must share ` +
-        'one store (the same DATABASE_URL, or without it the same DATA_DIR)',
-    );
-  }
-  return parseOrFail(schema, JSON.parse(bytes.toString('utf8')), what);
 }

@@ -19,6 +19,7 @@ import { eachDocument, versionOf } from '../documents/files';
 import { formatCost } from '../model/pricing';
 import { BatchProgressDisplay, failureLine } from './batch-progress';
 import { cut, titleWidth } from './columns';
+import { ManifestWriter } from './manifest';
 import type { ProgressOutput } from './batch-progress';
 import { withDecodedResults } from './decode-history';
 import { recoveryReport } from './history';
@@ -197,17 +198,11 @@ async function storeDocuments(
   rejected: DocumentOutcome[];
 }> {
   const { concurrency, pageSize, signal } = options;
-  let page: BatchEntry[] = [];
-  const pages: string[] = [];
-  let total = 0;
+  const manifest = new ManifestWriter(blobs, pageSize);
   const rejected: DocumentOutcome[] = [];
   const seen = new Set<string>();
   const inFlight = new Set<Promise<void>>();
   let failure: unknown;
-  const storePage = async (): Promise<void> => {
-    pages.push(await blobs.put(Buffer.from(JSON.stringify({ entries: page }))));
-    page = [];
-  };
   for (const item of eachDocument(paths, config.maxDocumentBytes, { idSecret: config.documentIdSecret })) {
     if ('rejected' in item) {
       rejected.push(failedOutcome(item.rejected.source, undefined, item.rejected.reason));
@@ -229,24 +224,19 @@ async function storeDocuments(
       },
     );
     inFlight.add(stored);
-    if (page.length === pageSize) await storePage();
-    page.push({ documentId: document.documentId, textRef, title: document.title, source: document.source });
-    total += 1;
+    await manifest.add({
+      documentId: document.documentId,
+      textRef,
+      title: document.title,
+      source: document.source,
+    });
     if (inFlight.size >= concurrency) await Promise.race(inFlight);
     if (failure !== undefined || signal?.aborted === true) break;
   }
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
   signal?.throwIfAborted();
-  if (total === 0) return { manifestRef: undefined, total, entries: undefined, rejected };
-  // One page is its own manifest (and keeps the batch ID it always had); more are listed by reference.
-  if (pages.length === 0) {
-    const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries: page })));
-    return { manifestRef, total, entries: page, rejected };
-  }
-  await storePage();
-  const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ pages, pageSize, total })));
-  return { manifestRef, total, entries: undefined, rejected };
+  return { ...(await manifest.finish()), total: manifest.total, rejected };
 }
 
 function failedOutcome(source: string, workflowId: string | undefined, error: string): DocumentOutcome {

@@ -5,11 +5,11 @@
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { batch, documentPipeline } from '../../workflows';
-import { BatchManifestSchema, ManifestPageSchema } from '../batch-contract';
 import { TextRefSchema } from '../contract';
 import type { BlobStore } from '../documents/blobs';
 import type { Stores } from '../store/open';
 import { runMemo } from './latest-run';
+import { manifestBlobRefs } from './manifest';
 
 /**
  * The runs the sweep must spare: every pipeline run and every batch the server still calls Running. A batch
@@ -37,7 +37,7 @@ export async function findOpenRuns(client: Client, blobs: BlobStore): Promise<Op
     workflowIds.add(run.workflowId);
     if (run.type === batch.name) {
       for (const ref of blobRefsIn(await runInput(client, run)))
-        for (const needed of await manifestRefs(blobs, ref)) blobRefs.add(needed);
+        for (const needed of await manifestBlobRefs(blobs, ref)) blobRefs.add(needed);
       continue;
     }
     // submitDocument records the version (the text's blob reference) in the run's memo; runs started without it
@@ -47,37 +47,6 @@ export async function findOpenRuns(client: Client, blobs: BlobStore): Promise<Op
     for (const ref of refs) blobRefs.add(ref);
   }
   return { workflowIds, blobRefs };
-}
-
-/**
- * What an open batch needs of the blob store: its manifest, the manifest's pages, and every document's text. The
- * client stores a batch's texts where it stores its manifest, so a manifest not in this store (a batch of
- * another store on the same server) means none of its texts are here either; a page not here is no longer the
- * batch's to read, and its texts none of its runs' either.
- */
-async function manifestRefs(blobs: BlobStore, manifestRef: string): Promise<string[]> {
-  /** The stored blob as JSON; undefined when it is not here, null when it is not JSON. */
-  const read = async (ref: string): Promise<unknown> => {
-    const bytes = await blobs.get(ref);
-    if (bytes === undefined) return undefined;
-    try {
-      return JSON.parse(bytes.toString('utf8'));
-    } catch {
-      return null;
-    }
-  };
-  const stored = await read(manifestRef);
-  if (stored === undefined) return [];
-  // A blob the input names that is no manifest (an input of another schema version) is kept as it is.
-  const manifest = BatchManifestSchema.safeParse(stored);
-  if (!manifest.success) return [manifestRef];
-  if ('entries' in manifest.data) return [manifestRef, ...manifest.data.entries.map((e) => e.textRef)];
-  const refs = [manifestRef, ...manifest.data.pages];
-  for (const pageRef of manifest.data.pages) {
-    const page = ManifestPageSchema.safeParse(await read(pageRef));
-    if (page.success) refs.push(...page.data.entries.map((e) => e.textRef));
-  }
-  return refs;
 }
 
 /** The run's input, read from its first history event and decoded (decrypted) as the workers decode it. */
