@@ -297,8 +297,9 @@ describe('the batch workflow', () => {
   it('lets go of every call to Temporal when its signal stops the follow, and the batch carries on', async () => {
     const { local, taskQueue, config } = await setup();
     const { dir, files } = folderOf(2);
-    // Counts the calls out on this connection, retries included: none may outlive the follow (npm start closes
-    // the connection next, and a call out then would retry on the closed channel and crash the process).
+    // Counts the calls out on this connection: outermost, so a call whose retry waits on its timer still counts.
+    // None may outlive the follow (npm start closes the connection next, and a call out then would retry on the
+    // closed channel and crash the process).
     let out = 0;
     const counting: grpc.Interceptor = (options, nextCall) =>
       new grpc.InterceptingCall(nextCall(options), {
@@ -317,13 +318,13 @@ describe('the batch workflow', () => {
       });
     const connection = await Connection.connect({
       address: env.address,
-      interceptors: [makeGrpcRetryInterceptor(defaultGrpcRetryOptions()), counting],
+      interceptors: [counting, makeGrpcRetryInterceptor(defaultGrpcRetryOptions())],
     });
     defer(() => connection.close());
     const client = new Client({ connection });
     const lines: string[] = [];
     const follow = new AbortController();
-    // No worker yet: the follow waits in the result's long poll and the progress query.
+    // No worker yet: the follow waits on the progress query, which only a worker answers.
     const processing = processDocuments(client, config, local.blobs, [dir], {
       everyMs: 200,
       print: (line) => lines.push(line),
@@ -348,6 +349,39 @@ describe('the batch workflow', () => {
     );
     assert.equal(report.tally?.done, 2);
     await publishedOnce(local, files);
+  });
+
+  it('follows a batch with many calls without piling listeners on its signal; a stopped signal makes none', async () => {
+    const { local, taskQueue, config } = await setup();
+    const { dir } = folderOf(12);
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => void warnings.push(warning);
+    process.on('warning', onWarning);
+    defer(() => void process.off('warning', onWarning));
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const follow = new AbortController();
+
+    // A round every 10 ms: hundreds of queries and descriptions, each with its own linked signal.
+    const report = await worker.runUntil(
+      processDocuments(env.client, config, local.blobs, [dir], {
+        everyMs: 10,
+        print: () => {},
+        signal: follow.signal,
+      }),
+    );
+    await sleep(50);
+
+    assert.equal(report.tally?.done, 12);
+    assert.deepEqual(
+      warnings.map((w) => `${w.name}: ${w.message}`),
+      [],
+    );
+    const stopped = new AbortController();
+    stopped.abort(new Error('stopped before it began'));
+    await assert.rejects(
+      processDocuments(env.client, config, local.blobs, [dir], { print: () => {}, signal: stopped.signal }),
+      /stopped before it began/,
+    );
   });
 
   it('is one batch when the same documents are submitted twice at once', async () => {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { WorkflowFailedError } from '@temporalio/client';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { batch, batchProgressQuery, progressQuery } from '../../workflows';
 import {
@@ -18,6 +19,7 @@ import type { BlobStore } from '../documents/blobs';
 import { eachDocument, versionOf } from '../documents/files';
 import { formatCost } from '../model/pricing';
 import { BatchProgressDisplay, failureLine } from './batch-progress';
+import { ClientCalls } from './calls';
 import { cut, titleWidth } from './columns';
 import { ManifestWriter } from './manifest';
 import type { ProgressOutput } from './batch-progress';
@@ -54,9 +56,9 @@ export interface ProcessOptions {
   /** Tests: entries per manifest page (MANIFEST_PAGE_SIZE), to see a small batch stored in pages. */
   manifestPageSize?: number;
   /**
-   * Stops following the batch (the batch itself carries on): every call to Temporal under way is cancelled and the
-   * returned promise rejects with the signal's reason soon after. Wait for that before closing the client's
-   * connection: a call still out would retry on the closed channel and crash the process.
+   * Stops following the batch (the batch itself carries on): the calls to Temporal under way are cancelled, no
+   * other is made, and the returned promise rejects with the signal's reason. Whichever way it ends, it settles
+   * only once no call it made is out (retries included), so its caller may close the connection next.
    */
   signal?: AbortSignal;
 }
@@ -84,14 +86,19 @@ export async function processDocuments(
   paths: readonly string[],
   options: ProcessOptions = {},
 ): Promise<BatchReport> {
-  const { signal } = options;
-  if (signal === undefined) return runBatch(client, config, blobs, paths, options);
-  signal.throwIfAborted();
-  return client.connection.withAbortSignal(signal, () => runBatch(client, config, blobs, paths, options));
+  options.signal?.throwIfAborted();
+  const calls = new ClientCalls(client, options.signal);
+  try {
+    return await runBatch(client, calls, config, blobs, paths, options);
+  } finally {
+    // No call outlives this function, whichever way it ends: its caller may close the connection next.
+    await calls.drained();
+  }
 }
 
 async function runBatch(
   client: Client,
+  calls: ClientCalls,
   config: Config,
   blobs: BlobStore,
   paths: readonly string[],
@@ -132,24 +139,26 @@ async function runBatch(
   };
   const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
   const attachedAt = Date.now();
-  const handle = await client.workflow.start(batch, {
-    taskQueue: config.taskQueue,
-    workflowId: batchId,
-    args: [input],
-    // The same documents submitted again attach to the batch under way; a finished batch runs again, and its
-    // documents that completed are counted as done earlier, not rerun.
-    workflowIdConflictPolicy: 'USE_EXISTING',
-    workflowIdReusePolicy: 'ALLOW_DUPLICATE',
-  });
+  const handle = await calls.run(() =>
+    client.workflow.start(batch, {
+      taskQueue: config.taskQueue,
+      workflowId: batchId,
+      args: [input],
+      // The same documents submitted again attach to the batch under way; a finished batch runs again, and its
+      // documents that completed are counted as done earlier, not rerun.
+      workflowIdConflictPolicy: 'USE_EXISTING',
+      workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+    }),
+  );
   // The batch under way since before this session (an earlier npm start killed mid-batch, another client)?
-  const startedAt = (await handle.describe()).startTime.getTime();
+  const startedAt = (await calls.run(() => handle.describe())).startTime.getTime();
   const resumed = startedAt < attachedAt - 1_000;
   print(
     `Batch ${batchId}: ${total} document(s), ${window} at a time` +
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
-  const final = await followBatch(client, handle, total, config.taskQueue, {
+  const final = await followBatch(client, calls, handle, total, config.taskQueue, {
     print,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
     everyMs: options.everyMs ?? 1_000,
@@ -157,12 +166,12 @@ async function runBatch(
     resumedBefore: resumed ? attachedAt : undefined,
     signal,
   });
-  // A call started once the signal fired would not be cancelled by it.
-  signal?.throwIfAborted();
 
   const outcomes = listed
-    ? [...rejected, ...(await readOutcomes(client, listed, since, print))]
+    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print))]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
+  // Stopped while reading the results: their errors say only that.
+  signal?.throwIfAborted();
   if (listed)
     printOutcomes(
       outcomes,
@@ -254,9 +263,12 @@ const HANDLED: Record<BatchProgress['handled'][number]['how'], string> = {
 /**
  * Follows the batch to its end with one progress query per round (never one per document): the bar, each
  * failure once, and for small batches each open document's step states. Says so when no worker is polling.
+ * The end is seen by describing the batch each round (a long poll for its result would hold a call open for
+ * as long as the batch runs); stopped by the signal, it makes no call more and throws the signal's reason.
  */
 async function followBatch(
   client: Client,
+  calls: ClientCalls,
   handle: WorkflowHandle<typeof batch>,
   total: number,
   taskQueue: string,
@@ -271,10 +283,6 @@ async function followBatch(
   const display = new BatchProgressDisplay(total, options);
   let final: BatchProgress | undefined;
   let failure: unknown;
-  const ended = handle.result().then(
-    (result) => void (final = result),
-    (err: unknown) => void (failure = err),
-  );
   const shown = new Map<string, string>();
   const titles = new Map(options.perDocument?.map((e) => [workflowIdFor(e.documentId), e.title]));
   let handledShown = 0;
@@ -286,29 +294,27 @@ async function followBatch(
     }
     handledShown = Math.max(handledShown, progress.handled.length);
   };
-  const watchdog = new WorkerWatchdog(client, taskQueue, (line) => display.log(line));
-  // The query in flight: each is bounded (a query waits for a worker to answer it), and the last one is awaited
-  // before the follow ends, so no call outlives it (nor retries on a connection its caller closes next).
-  let asked: Promise<BatchProgress | undefined> = Promise.resolve(undefined);
+  const watchdog = new WorkerWatchdog(client, calls, taskQueue, (line) => display.log(line));
   const { signal } = options;
-  // Aborting cancels the calls under way (the result's long poll ends `ended`); this wakes the waits between them.
-  const stopped = new Promise<void>((resolve) => signal?.addEventListener('abort', () => resolve()));
+  // Wakes the waits between calls; the calls themselves are cancelled by the signal.
+  const stopped =
+    signal === undefined
+      ? new Promise<void>(() => {})
+      : new Promise<void>((resolve) => {
+          if (signal.aborted) resolve();
+          else signal.addEventListener('abort', () => resolve(), { once: true });
+        });
   try {
     while (final === undefined && failure === undefined && signal?.aborted !== true) {
       // While no worker answers, the watchdog looks at the task queue.
-      asked = client.connection
-        .withDeadline(Date.now() + 10_000, () => handle.query(batchProgressQuery, display.seenFailures))
+      const asked = calls
+        .run(() => handle.query(batchProgressQuery, display.seenFailures))
         .then(
           (progress) => progress,
           () => undefined,
         );
       const answer = (): Promise<BatchProgress | undefined | 'slow'> =>
-        Promise.race([
-          asked,
-          ended.then(() => undefined),
-          stopped.then(() => undefined),
-          sleep(3_000).then(() => 'slow' as const),
-        ]);
+        Promise.race([asked, stopped.then(() => undefined), sleep(3_000).then(() => 'slow' as const)]);
       let progress = await answer();
       while (progress === 'slow') {
         await watchdog.check();
@@ -319,19 +325,18 @@ async function followBatch(
         watchdog.answered();
         if (options.perDocument !== undefined) {
           showHandled(progress);
-          await showDocuments(client, progress.open, titles, shown, (l) => display.log(l));
+          await showDocuments(client, calls, progress.open, titles, shown, (l) => display.log(l));
         }
       }
-      await Promise.race([ended, stopped, sleep(options.everyMs)]);
+      const ended = await batchEnd(client, calls, handle.workflowId);
+      if (ended !== undefined) ({ final, failure } = ended);
+      else await Promise.race([stopped, sleep(options.everyMs)]);
     }
   } finally {
-    await asked;
-    // Its long poll was cancelled with the rest: wait for it to say so, so that nothing outlives the follow.
-    if (signal?.aborted === true) await ended;
     display.stop();
   }
-  // Cancelled by the signal, not failed: the batch carries on without this client.
-  options.signal?.throwIfAborted();
+  // Stopped by the signal, not failed: the batch carries on without this client.
+  signal?.throwIfAborted();
   if (failure !== undefined)
     throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
   if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);
@@ -340,9 +345,35 @@ async function followBatch(
   return final;
 }
 
+/**
+ * The batch's end, once its latest run has closed (a run that continued as new is followed by the next): its
+ * result, or how it failed. Undefined while it runs, or when Temporal could not say this round.
+ */
+async function batchEnd(
+  client: Client,
+  calls: ClientCalls,
+  workflowId: string,
+): Promise<{ final?: BatchProgress; failure?: unknown } | undefined> {
+  let latest;
+  try {
+    latest = await calls.run(() => client.workflow.getHandle(workflowId).describe());
+  } catch {
+    return undefined;
+  }
+  if (latest.status.name === 'RUNNING' || latest.status.name === 'CONTINUED_AS_NEW') return undefined;
+  const run = client.workflow.getHandle<typeof batch>(workflowId, latest.runId, { followRuns: false });
+  try {
+    return { final: await calls.run(() => run.result()) };
+  } catch (err) {
+    // The run failed, was terminated or timed out; any other error is Temporal not answering this round.
+    return err instanceof WorkflowFailedError ? { failure: err } : undefined;
+  }
+}
+
 /** Each open document's step states, printed when they change: `  <title>  summarize ✓  tag …  publish ·`. */
 async function showDocuments(
   client: Client,
+  calls: ClientCalls,
   open: readonly string[],
   titles: Map<string, string>,
   shown: Map<string, string>,
@@ -353,7 +384,8 @@ async function showDocuments(
   await Promise.all(
     open.slice(0, OPEN_LISTED).map(async (workflowId) => {
       try {
-        const line = describeProgress(await client.workflow.getHandle(workflowId).query(progressQuery));
+        const handle = client.workflow.getHandle(workflowId);
+        const line = describeProgress(await calls.run(() => handle.query(progressQuery)));
         if (shown.get(workflowId) === line) return;
         shown.set(workflowId, line);
         print(`  ${cut(titles.get(workflowId) ?? workflowId, width).padEnd(width)} ${line}`);
@@ -373,6 +405,7 @@ class WorkerWatchdog {
 
   constructor(
     private readonly client: Client,
+    private readonly calls: ClientCalls,
     private readonly taskQueue: string,
     private readonly print: (line: string) => void,
   ) {}
@@ -386,10 +419,13 @@ class WorkerWatchdog {
     if (this.warned) return;
     let pollers: number;
     try {
-      const described = await this.client.workflowService.describeTaskQueue({
-        namespace: this.client.options.namespace,
-        taskQueue: { name: this.taskQueue },
-      });
+      const { client, taskQueue } = this;
+      const described = await this.calls.run(() =>
+        client.workflowService.describeTaskQueue({
+          namespace: client.options.namespace,
+          taskQueue: { name: taskQueue },
+        }),
+      );
       pollers = described.pollers?.length ?? 0;
     } catch {
       return;
@@ -406,6 +442,7 @@ class WorkerWatchdog {
 /** Each document's result and recovery report, read once at the end, a few at a time. */
 async function readOutcomes(
   client: Client,
+  calls: ClientCalls,
   entries: readonly BatchEntry[],
   since: number,
   print: (line: string) => void,
@@ -418,9 +455,9 @@ async function readOutcomes(
     const base = { source: entry.source, title: entry.title, workflowId };
     let report: RecoveryReport | undefined;
     try {
-      const runId = (await handle.describe()).runId;
+      const runId = (await calls.run(() => handle.describe())).runId;
       const history = await withDecodedResults(
-        await client.workflow.getHandle(workflowId, runId).fetchHistory(),
+        await calls.run(() => client.workflow.getHandle(workflowId, runId).fetchHistory()),
         client.options.loadedDataConverter,
       );
       report = recoveryReport(history, since, runId);
@@ -428,7 +465,7 @@ async function readOutcomes(
       print(`${entry.source}: no recovery report (${describeFailure(err).reason})`);
     }
     try {
-      return { ...base, result: await handle.result(), error: undefined, report };
+      return { ...base, result: await calls.run(() => handle.result()), error: undefined, report };
     } catch (err) {
       return { ...base, result: undefined, error: describeFailure(err).reason, report };
     }
