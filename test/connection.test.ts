@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../src/config';
 import { UserFacingError } from '../src/lib/run-main';
-import { connectClient, connectWorker } from '../src/temporal/connection';
+import { connectClient, connectionFailure, connectWorker } from '../src/temporal/connection';
 import { freePort, tempDir } from './helpers';
 
 /** The connection settings as every entry point reads them: through loadConfig. */
@@ -91,6 +91,30 @@ describe('no server at the configured address', () => {
       );
       return true;
     });
+  });
+
+  it('tells a server that refused (API key, TLS) apart from no server: starting one is no fix', () => {
+    const endpoint = { address: 'my-ns.tmprl.cloud:7233', namespace: 'my-ns', secure: {} };
+    const transport = (message: string): Error =>
+      Object.assign(new Error(message), { name: 'TransportError' });
+    const refused = connectionFailure(
+      endpoint,
+      transport('Failed to call GetSystemInfo: status: Unauthenticated, message: "Request unauthorized."'),
+    );
+    assert.ok(refused instanceof UserFacingError);
+    assert.equal(
+      refused.message,
+      'The Temporal server at my-ns.tmprl.cloud:7233 did not accept this connection (Request unauthorized.): ' +
+        'check TEMPORAL_API_KEY, the TEMPORAL_TLS_* settings and TEMPORAL_NAMESPACE',
+    );
+    const tls = connectionFailure(
+      endpoint,
+      transport('tonic::transport::Error(Transport, "invalid peer certificate")'),
+    );
+    assert.match(String(tls), /did not accept this connection \(certificate\)/);
+    // Anything else that is no failure to connect is left as it is.
+    const other = new Error('namespace my-ns is not found');
+    assert.equal(connectionFailure(endpoint, other), other);
   });
 
   it('a worker says the same, with the transport reason', async () => {

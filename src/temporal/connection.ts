@@ -47,7 +47,7 @@ export async function connectClient(
     ...endpoint.secure,
     ...(connectTimeout !== undefined ? { connectTimeout } : {}),
   }).catch((err: unknown) => {
-    throw noServerAt(endpoint, err);
+    throw connectionFailure(endpoint, err);
   });
   const dataConverter = dataConverterFor(config);
   // With tracing started in this process, starting a run opens the document's trace (src/telemetry/tracing.ts).
@@ -62,21 +62,31 @@ export function connectWorker(
   endpoint: TemporalEndpoint = configuredEndpoint(config),
 ): Promise<NativeConnection> {
   return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure }).catch((err: unknown) => {
-    throw noServerAt(endpoint, err);
+    throw connectionFailure(endpoint, err);
   });
 }
 
 /**
- * A connection that could not be made, as what to do about it. Connecting fails only on the way to the server
- * (nothing listening, a name that does not resolve, TLS): the transport's own words (a Rust error chain, or
- * grpc's "Failed to connect before the deadline") are kept as the cause, shortened to what matters.
+ * A connection that could not be made, as what to do about it; the transport's own words (a Rust error chain, or
+ * grpc's "Failed to connect before the deadline") are kept as the cause, shortened to what matters. A server
+ * that answered and refused (a bad API key, a TLS mismatch) is told apart from no server at all: starting one
+ * is no fix for the first.
  */
-function noServerAt({ address }: TemporalEndpoint, err: unknown): unknown {
+export function connectionFailure({ address }: TemporalEndpoint, err: unknown): unknown {
   if (!(err instanceof Error)) return err;
   const text = err.message;
+  const quoted = /message: "([^"]+)"/.exec(text)?.[1];
+  if (/Unauthenticated|PermissionDenied|tls|certificate|handshake/i.test(text)) {
+    const reason = quoted ?? /tls|certificate|handshake/i.exec(text)?.[0] ?? text;
+    return new UserFacingError(
+      `The Temporal server at ${address} did not accept this connection (${reason}): check TEMPORAL_API_KEY, ` +
+        'the TEMPORAL_TLS_* settings and TEMPORAL_NAMESPACE',
+      { cause: err },
+    );
+  }
   const reason =
-    /message: "([^"]+)"/.exec(text)?.[1] ??
-    /dns error|tls|certificate/i.exec(text)?.[0] ??
+    quoted ??
+    /dns error/i.exec(text)?.[0] ??
     (/before the deadline/.test(text) ? 'nothing answered in time' : undefined);
   if (err.name !== 'TransportError' && reason === undefined) return err;
   return new UserFacingError(
