@@ -63,6 +63,8 @@ async function run(): Promise<void> {
     // The stores first: an open batch's manifest, read from them, says which texts it still needs.
     const stores = await openStores(config);
     try {
+      // The cutoff before the listing: what is stored while it runs (a batch started meanwhile) is younger.
+      const before = new Date(Date.now() - args.olderThanMs);
       let open: OpenRuns;
       try {
         open = await findOpenRuns(connected.client, stores.blobs);
@@ -73,7 +75,6 @@ async function run(): Promise<void> {
         );
         return;
       }
-      const before = new Date(Date.now() - args.olderThanMs);
       const where = stores.backend === 'postgres' ? 'in PostgreSQL' : `in ${config.dataDir}`;
       if (args.dryRun) {
         console.log(

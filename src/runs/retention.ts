@@ -13,11 +13,19 @@ import { manifestBlobRefs } from './manifest';
 
 /**
  * The runs the sweep must spare: every pipeline run and every batch the server still calls Running. A batch
- * needs its manifest, and the texts of the documents it has not started yet, which no pipeline run names.
+ * needs its manifest, and the texts of the documents it has not started yet, which no pipeline run names. A
+ * batch run that continued as new lately is listed too: the server lists the next run a moment after it closes
+ * the last, and a sweep in between must not take the batch for ended.
  */
-export const OPEN_RUNS_QUERY =
-  `(WorkflowType = '${documentPipeline.name}' OR WorkflowType = '${batch.name}') ` +
-  `AND ExecutionStatus = 'Running'`;
+export function openRunsQuery(now = new Date()): string {
+  const lately = new Date(now.getTime() - CONTINUED_LATELY_MS).toISOString();
+  return (
+    `((WorkflowType = '${documentPipeline.name}' OR WorkflowType = '${batch.name}') ` +
+    `AND ExecutionStatus = 'Running') OR (WorkflowType = '${batch.name}' ` +
+    `AND ExecutionStatus = 'ContinuedAsNew' AND CloseTime > '${lately}')`
+  );
+}
+const CONTINUED_LATELY_MS = 10 * 60_000;
 
 /** What the open runs still need: their workflow IDs (memo and ledger rows) and the blobs they read. */
 export interface OpenRuns {
@@ -33,7 +41,7 @@ export interface OpenRuns {
 export async function findOpenRuns(client: Client, blobs: BlobStore): Promise<OpenRuns> {
   const workflowIds = new Set<string>();
   const blobRefs = new Set<string>();
-  for await (const run of client.workflow.list({ query: OPEN_RUNS_QUERY })) {
+  for await (const run of client.workflow.list({ query: openRunsQuery() })) {
     workflowIds.add(run.workflowId);
     if (run.type === batch.name) {
       for (const ref of blobRefsIn(await runInput(client, run)))
