@@ -454,6 +454,21 @@ describe('readBatchEntries', () => {
     assert.deepEqual(await readBatchEntries({ manifestRef, offset: 9, limit: 5 }), entries.slice(9));
     assert.deepEqual(read, [manifestRef, ...pageRefs]);
 
+    // More pages than a worker keeps: the manifest, used at every read, stays kept while its pages go.
+    const onePerPage: string[] = [];
+    for (const entry of entries)
+      onePerPage.push(await blobs.put(Buffer.from(JSON.stringify({ entries: [entry] }))));
+    const longRef = await blobs.put(
+      Buffer.from(JSON.stringify({ pages: onePerPage, pageSize: 1, total: entries.length })),
+    );
+    read.length = 0;
+    const fresh = createBatchActivities({ blobs });
+    for (let offset = 0; offset < entries.length; offset++)
+      assert.deepEqual(await fresh.readBatchEntries({ manifestRef: longRef, offset, limit: 1 }), [
+        entries[offset],
+      ]);
+    assert.deepEqual(read, [longRef, ...onePerPage]);
+
     // A page shorter than the manifest says ends the read there: the batch reports the manifest as short.
     const short = await blobs.put(
       Buffer.from(JSON.stringify({ pages: [pageRefs[0], pageRefs[2]], pageSize: 4, total: 8 })),

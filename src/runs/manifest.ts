@@ -98,13 +98,18 @@ export class ManifestReader {
   private parsed<S extends z.ZodType>(ref: string, schema: S, what: string): Promise<z.output<S>> {
     let read = this.kept.get(ref) as Promise<z.output<S>> | undefined;
     if (read === undefined) {
-      read = this.read(ref, schema, what);
-      this.kept.set(ref, read);
+      const reading = this.read(ref, schema, what);
+      read = reading;
       // A failed read is not kept: the next range tries again.
-      read.catch(() => this.kept.delete(ref));
-      const oldest = this.kept.keys().next().value;
-      if (this.kept.size > KEPT_BLOBS && oldest !== undefined) this.kept.delete(oldest);
+      reading.catch(() => {
+        if (this.kept.get(ref) === reading) this.kept.delete(ref);
+      });
     }
+    // Most recently used last: a batch's manifest stays while its pages come and go.
+    this.kept.delete(ref);
+    this.kept.set(ref, read);
+    const oldest = this.kept.keys().next().value;
+    if (this.kept.size > KEPT_BLOBS && oldest !== undefined) this.kept.delete(oldest);
     return read;
   }
 
