@@ -4,7 +4,7 @@ import type { AwaitedRun, BatchEntry, RunVerdict } from '../src/batch-contract';
 import type { PipelineResult } from '../src/contract';
 import type { BlobStore } from '../src/documents/blobs';
 import { describeRun, settleLatestRun } from '../src/runs/latest-run';
-import { ManifestReader } from '../src/runs/manifest';
+import { ManifestReader } from '../src/documents/manifest';
 import { withHeartbeats } from './heartbeat';
 
 /**

@@ -21,7 +21,7 @@ import { formatCost } from '../model/pricing';
 import { BatchProgressDisplay, failureLine } from './batch-progress';
 import { ClientCalls } from './calls';
 import { cut, titleWidth } from './columns';
-import { ManifestWriter } from './manifest';
+import { ManifestWriter } from '../documents/manifest';
 import type { ProgressOutput } from './batch-progress';
 import { withDecodedResults } from './decode-history';
 import { recoveryReport } from './history';

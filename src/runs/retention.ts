@@ -9,7 +9,7 @@ import { TextRefSchema } from '../contract';
 import type { BlobStore } from '../documents/blobs';
 import type { Stores } from '../store/open';
 import { runMemo } from './latest-run';
-import { manifestBlobRefs } from './manifest';
+import { manifestBlobRefs } from '../documents/manifest';
 
 /**
  * The runs the sweep must spare: every pipeline run and every batch the server still calls Running. A batch

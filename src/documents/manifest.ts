@@ -8,7 +8,7 @@ import type { z } from 'zod';
 import { BatchManifestSchema, MANIFEST_PAGE_SIZE, ManifestPageSchema } from '../batch-contract';
 import type { BatchEntry } from '../batch-contract';
 import { parseOrFail } from '../contract';
-import type { BlobStore } from '../documents/blobs';
+import type { BlobStore } from './blobs';
 
 /** Writes a manifest as entries are added: each full page is stored and let go. */
 export class ManifestWriter {
