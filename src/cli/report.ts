@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/common';
 import { loadConfig } from '../config';
-import { configuredEndpoint, connectClient } from '../temporal/connection';
+import { configuredEndpoint, connectClient, connectionReason } from '../temporal/connection';
 import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
@@ -31,7 +31,7 @@ async function run(): Promise<void> {
   try {
     connected = await connectClient(config, { connectTimeout: '5 seconds' });
   } catch (err) {
-    const why = err instanceof Error ? err.message : String(err);
+    const why = connectionReason(err);
     // npm start's embedded server stops with its run; npm run server serves the same database until Ctrl-C.
     const advice =
       config.temporal.address === undefined

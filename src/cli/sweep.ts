@@ -10,7 +10,7 @@ import {
 } from '../runs/retention';
 import type { OpenRuns, SweepCounts } from '../runs/retention';
 import { openStores } from '../store/open';
-import { configuredEndpoint, connectClient } from '../temporal/connection';
+import { configuredEndpoint, connectClient, connectionReason } from '../temporal/connection';
 import type { ConnectedClient } from '../temporal/connection';
 
 const USAGE = `Usage: npm run sweep -- --older-than <duration> [--dry-run]
@@ -54,7 +54,7 @@ async function run(): Promise<void> {
     connected = await connectClient(config, { connectTimeout: '5 seconds' });
   } catch (err) {
     refuse(
-      `Cannot reach a Temporal server at ${address} (${messageOf(err)})`,
+      `Cannot reach a Temporal server at ${address} (${connectionReason(err)})`,
       'Start it with npm run server (the embedded server on the data folder), or set TEMPORAL_ADDRESS.',
     );
     return;

@@ -66,6 +66,25 @@ export function connectWorker(
   });
 }
 
+/** A connection that could not be made: its message says what to do, `reason` the transport's few words. */
+export class ConnectionFailure extends UserFacingError {
+  override name = 'ConnectionFailure';
+
+  constructor(
+    message: string,
+    readonly reason: string,
+    options: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** Why connecting failed, in a few words, for a command that says in its own words what to do about it. */
+export function connectionReason(err: unknown): string {
+  if (err instanceof ConnectionFailure) return err.reason;
+  return err instanceof Error ? err.message : String(err);
+}
+
 /**
  * A connection that could not be made, as what to do about it; the transport's own words (a Rust error chain, or
  * grpc's "Failed to connect before the deadline") are kept as the cause, shortened to what matters. A server
@@ -78,9 +97,10 @@ export function connectionFailure({ address }: TemporalEndpoint, err: unknown): 
   const quoted = /message: "([^"]+)"/.exec(text)?.[1];
   if (/Unauthenticated|PermissionDenied|tls|certificate|handshake/i.test(text)) {
     const reason = quoted ?? /tls|certificate|handshake/i.exec(text)?.[0] ?? text;
-    return new UserFacingError(
+    return new ConnectionFailure(
       `The Temporal server at ${address} did not accept this connection (${reason}): check TEMPORAL_API_KEY, ` +
         'the TEMPORAL_TLS_* settings and TEMPORAL_NAMESPACE',
+      reason,
       { cause: err },
     );
   }
@@ -89,9 +109,10 @@ export function connectionFailure({ address }: TemporalEndpoint, err: unknown): 
     /dns error/i.exec(text)?.[0] ??
     (/before the deadline/.test(text) ? 'nothing answered in time' : undefined);
   if (err.name !== 'TransportError' && reason === undefined) return err;
-  return new UserFacingError(
+  return new ConnectionFailure(
     `No Temporal server answers at ${address}${reason === undefined ? '' : ` (${reason})`}: start one with ` +
       '`npm run server` (the embedded server, until Ctrl-C), or set TEMPORAL_ADDRESS',
+    reason ?? text,
     { cause: err },
   );
 }
