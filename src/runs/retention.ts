@@ -34,18 +34,23 @@ export interface OpenRuns {
 }
 
 /**
- * Lists the open pipeline runs through the server's visibility store and collects what they reference. Throws
- * when the server cannot answer or an input cannot be decoded (a missing decryption key): the sweep must then
- * remove nothing, since it cannot tell what is still needed.
+ * Lists the open pipeline runs and batches through the server's visibility store and collects what they
+ * reference. Throws when the server cannot answer or an input cannot be decoded (a missing decryption key): the
+ * sweep must then remove nothing, since it cannot tell what is still needed.
  */
 export async function findOpenRuns(client: Client, blobs: BlobStore): Promise<OpenRuns> {
   const workflowIds = new Set<string>();
   const blobRefs = new Set<string>();
+  // A batch's runs (the open one, and those that continued as new lately) share its manifest: read it once.
+  const manifestsRead = new Set<string>();
   for await (const run of client.workflow.list({ query: openRunsQuery() })) {
     workflowIds.add(run.workflowId);
     if (run.type === batch.name) {
-      for (const ref of blobRefsIn(await runInput(client, run)))
+      for (const ref of blobRefsIn(await runInput(client, run))) {
+        if (manifestsRead.has(ref)) continue;
+        manifestsRead.add(ref);
         for (const needed of await manifestBlobRefs(blobs, ref)) blobRefs.add(needed);
+      }
       continue;
     }
     // submitDocument records the version (the text's blob reference) in the run's memo; runs started without it
