@@ -4,13 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowFailedError } from '@temporalio/client';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { batch, batchProgressQuery, progressQuery } from '../../workflows';
-import {
-  BATCH_SCHEMA_VERSION,
-  batchIdFor,
-  describeFailure,
-  MANIFEST_PAGE_SIZE,
-  OPEN_LISTED,
-} from '../batch-contract';
+import { BATCH_SCHEMA_VERSION, batchIdFor, describeFailure, OPEN_LISTED } from '../batch-contract';
 import type { BatchEntry, BatchInput, BatchProgress, BatchTally } from '../batch-contract';
 import type { Config } from '../config';
 import { workflowIdFor } from '../contract';
@@ -107,7 +101,7 @@ async function runBatch(
   const { since = Date.now(), print = console.log, rerun = false, signal } = options;
   const { manifestRef, total, entries, rejected } = await storeDocuments(config, blobs, paths, {
     concurrency: options.uploadConcurrency ?? 8,
-    pageSize: options.manifestPageSize ?? MANIFEST_PAGE_SIZE,
+    pageSize: options.manifestPageSize,
     signal,
   });
   // A small batch lists its documents as they are taken up and in its table at the end; a big one lists its
@@ -164,7 +158,6 @@ async function runBatch(
     everyMs: options.everyMs ?? 1_000,
     perDocument: listed,
     resumedBefore: resumed ? attachedAt : undefined,
-    signal,
   });
 
   const outcomes = listed
@@ -199,7 +192,7 @@ async function storeDocuments(
   config: Config,
   blobs: BlobStore,
   paths: readonly string[],
-  options: { concurrency: number; pageSize: number; signal: AbortSignal | undefined },
+  options: { concurrency: number; pageSize: number | undefined; signal: AbortSignal | undefined },
 ): Promise<{
   manifestRef: string | undefined;
   total: number;
@@ -277,7 +270,6 @@ async function followBatch(
     perDocument: readonly BatchEntry[] | undefined;
     /** When this client attached to a batch under way: what it had taken up before was taken up earlier. */
     resumedBefore: number | undefined;
-    signal: AbortSignal | undefined;
   },
 ): Promise<BatchProgress> {
   const display = new BatchProgressDisplay(total, options);
@@ -295,17 +287,9 @@ async function followBatch(
     handledShown = Math.max(handledShown, progress.handled.length);
   };
   const watchdog = new WorkerWatchdog(client, calls, taskQueue, (line) => display.log(line));
-  const { signal } = options;
-  // Wakes the waits between calls; the calls themselves are cancelled by the signal.
-  const stopped =
-    signal === undefined
-      ? new Promise<void>(() => {})
-      : new Promise<void>((resolve) => {
-          if (signal.aborted) resolve();
-          else signal.addEventListener('abort', () => resolve(), { once: true });
-        });
+  const { stopped } = calls;
   try {
-    while (final === undefined && failure === undefined && signal?.aborted !== true) {
+    while (final === undefined && failure === undefined && !calls.isStopped) {
       // While no worker answers, the watchdog looks at the task queue.
       const asked = calls
         .run(() => handle.query(batchProgressQuery, display.seenFailures))
@@ -336,7 +320,7 @@ async function followBatch(
     display.stop();
   }
   // Stopped by the signal, not failed: the batch carries on without this client.
-  signal?.throwIfAborted();
+  calls.throwIfStopped();
   if (failure !== undefined)
     throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
   if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);

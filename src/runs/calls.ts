@@ -18,23 +18,38 @@ export class ClientCalls {
   private readonly out = new Set<Promise<void>>();
   /** The signals of the calls out, all aborted by the job's one listener. */
   private readonly cancels = new Set<AbortController>();
+  /** Resolves once the job's signal fires (never, without one): wakes the job's waits between calls. */
+  readonly stopped: Promise<void>;
 
   constructor(
     private readonly client: Client,
     private readonly signal: AbortSignal | undefined,
   ) {
-    signal?.addEventListener(
-      'abort',
-      () => {
-        for (const cancel of this.cancels) cancel.abort(signal.reason);
-      },
-      { once: true },
-    );
+    this.stopped = new Promise<void>((resolve) => {
+      if (signal?.aborted === true) resolve();
+      signal?.addEventListener(
+        'abort',
+        () => {
+          for (const cancel of this.cancels) cancel.abort(signal.reason);
+          resolve();
+        },
+        { once: true },
+      );
+    });
+  }
+
+  /** True once the job's signal has fired: no call is made any more. */
+  get isStopped(): boolean {
+    return this.signal?.aborted === true;
+  }
+
+  /** Throws the job's signal's reason once it has fired. */
+  throwIfStopped(): void {
+    this.signal?.throwIfAborted();
   }
 
   run<T>(call: () => Promise<T>, timeoutMs = CALL_TIMEOUT_MS): Promise<T> {
-    const { signal } = this;
-    if (signal?.aborted === true) return Promise.reject(signal.reason as Error);
+    if (this.isStopped) return Promise.reject(this.signal?.reason as Error);
     const own = new AbortController();
     this.cancels.add(own);
     const { connection } = this.client;
