@@ -310,16 +310,35 @@ async function runBatch(
     }),
   );
   return {
-    path: `pipeline, batch workflow, ${options.tuned ? 'tuned' : 'default'} server`,
-    concurrency,
-    docs: entries.length,
-    msPerDocP50: round(percentile(perDoc, 50)),
-    msPerDocP95: round(percentile(perDoc, 95)),
-    docsPerSecond: round(entries.length / seconds),
-    perStepOverheadMsP50: round(percentile(overhead, 50)),
-    perStepOverheadMsP95: round(percentile(overhead, 95)),
+    ...timedRow(
+      `pipeline, batch workflow, ${options.tuned ? 'tuned' : 'default'} server`,
+      concurrency,
+      perDoc,
+      overhead,
+      seconds,
+    ),
     historyEventsPerDoc: round(events / entries.length),
     historyBytesPerDoc: Math.round(bytes / entries.length),
+  };
+}
+
+/** A row of documents run through Temporal: each one's time and its per-step overhead, and `seconds` for all. */
+function timedRow(
+  name: string,
+  concurrency: number,
+  perDoc: readonly number[],
+  overhead: readonly number[],
+  seconds: number,
+): Row {
+  return {
+    path: name,
+    concurrency,
+    docs: perDoc.length,
+    msPerDocP50: round(percentile(perDoc, 50)),
+    msPerDocP95: round(percentile(perDoc, 95)),
+    docsPerSecond: round(perDoc.length / seconds),
+    perStepOverheadMsP50: round(percentile(overhead, 50)),
+    perStepOverheadMsP95: round(percentile(overhead, 95)),
   };
 }
 
@@ -357,16 +376,13 @@ async function runEagerOneByOne(
     overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
   }
   const seconds = (performance.now() - started) / 1000;
-  return {
-    path: 'pipeline, one document at a time, eager start, tuned server',
-    concurrency: 1,
-    docs: docs.length,
-    msPerDocP50: round(percentile(perDoc, 50)),
-    msPerDocP95: round(percentile(perDoc, 95)),
-    docsPerSecond: round(docs.length / seconds),
-    perStepOverheadMsP50: round(percentile(overhead, 50)),
-    perStepOverheadMsP95: round(percentile(overhead, 95)),
-  };
+  return timedRow(
+    'pipeline, one document at a time, eager start, tuned server',
+    1,
+    perDoc,
+    overhead,
+    seconds,
+  );
 }
 
 /**
@@ -401,16 +417,8 @@ async function runEmptySteps(server: Server, client: Client, count: number): Pro
   });
   const seconds = (performance.now() - started) / 1000;
   const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
-  return {
-    path: 'Temporal alone: the same three steps doing nothing, one at a time, eager start',
-    concurrency: 1,
-    docs: count,
-    msPerDocP50: round(percentile(perDoc, 50)),
-    msPerDocP95: round(percentile(perDoc, 95)),
-    docsPerSecond: round(count / seconds),
-    perStepOverheadMsP50: round(percentile(perStep, 50)),
-    perStepOverheadMsP95: round(percentile(perStep, 95)),
-  };
+  const name = 'Temporal alone: the same three steps doing nothing, one at a time, eager start';
+  return timedRow(name, 1, perDoc, perStep, seconds);
 }
 
 /** Worker.create to polling: bundling the workflows from source, against loading the prebuilt bundle. */
