@@ -440,7 +440,6 @@ export function startCrashableWorker(
 }
 
 /** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
-/** A loopback port free a moment ago. */
 export const freePort = freeLoopbackPort;
 
 export { closeServer, listenOnLoopback };
