@@ -14,6 +14,7 @@ import { loadConfig } from '../src/config';
 import type { Config } from '../src/config';
 import {
   connectOrStartTemporal,
+  execedProcessRecord,
   processRecord,
   recordedProcess,
   writePidFile,
@@ -51,11 +52,11 @@ async function answeringPort(): Promise<Config> {
 }
 
 describe('the embedded server’s pid file', { skip: process.platform !== 'linux' && 'reads /proc' }, () => {
-  it('records the process’s ID, start time and command line', () => {
+  it('records the process’s ID, start time and command line', async () => {
     const sleep = unrelatedProcess();
     const file = path.join(scratchDir(defer, 'pid-file-'), 'temporal-server.pid');
 
-    writePidFile(file, sleep.pid);
+    await writePidFile(file, sleep.pid);
 
     const written: unknown = JSON.parse(fs.readFileSync(file, 'utf8'));
     const startTime = fs
@@ -64,6 +65,23 @@ describe('the embedded server’s pid file', { skip: process.platform !== 'linux
       .split(' ')[19];
     assert.deepEqual(written, { pid: sleep.pid, startTime, command: 'sleep 30' });
     assert.deepEqual(recordedProcess(file), written);
+  });
+
+  it('waits for a process just spawned to show its command line, which /proc leaves empty until its exec is done', async () => {
+    const sleep = unrelatedProcess();
+    let reads = 0;
+    // What /proc answers in that moment: the process is there, its command line not yet.
+    const midExec = (pid: number): ReturnType<typeof processRecord> =>
+      ++reads <= 3 ? undefined : processRecord(pid);
+
+    const record = await execedProcessRecord(sleep.pid, { read: midExec });
+
+    assert.equal(record?.command, 'sleep 30');
+    assert.equal(reads, 4);
+    sleep.child.kill('SIGKILL');
+    await sleep.exited;
+    assert.equal(await execedProcessRecord(sleep.pid, { read: midExec }), undefined);
+    assert.equal(reads, 5, 'read again and again a process that is gone');
   });
 
   it('leaves alone the process an old-format file (a bare ID) names, and removes the file', async () => {
@@ -81,7 +99,7 @@ describe('the embedded server’s pid file', { skip: process.platform !== 'linux
 
   it('leaves alone a live process whose start time or command is not the recorded one, and removes the file', async () => {
     const sleep = unrelatedProcess();
-    const live = processRecord(sleep.pid);
+    const live = await execedProcessRecord(sleep.pid);
     assert.ok(live !== undefined);
     const mismatches = [
       { ...live, startTime: String(Number(live.startTime) - 1) },
@@ -103,7 +121,7 @@ describe('the embedded server’s pid file', { skip: process.platform !== 'linux
   it('still stops the process it recorded, at the end of the run, and removes the file', async () => {
     const sleep = unrelatedProcess();
     const config = await answeringPort();
-    writePidFile(config.paths.temporalPid, sleep.pid);
+    await writePidFile(config.paths.temporalPid, sleep.pid);
 
     const target = await connectOrStartTemporal(config);
     assert.equal(target.origin, 'embedded');

@@ -49,7 +49,7 @@ export async function connectOrStartTemporal(
     const recorded = recordedProcess(config.paths.temporalPid);
     if (recorded !== undefined && !ownerAlive(recorded)) {
       // Left running by an earlier `npm start` that was killed: it is ours now, to stop at the end of this run.
-      writePidFile(config.paths.temporalPid, recorded.pid, processRecord(process.pid));
+      await writePidFile(config.paths.temporalPid, recorded.pid, processRecord(process.pid));
       const untilExit = stopOnExit(recorded.pid, config.paths.temporalPid);
       const close = async (): Promise<void> => {
         untilExit.release();
@@ -137,7 +137,7 @@ export async function startEmbeddedServer(
     throw new Error(`could not run ${cli}`);
   }
   const owner = processRecord(process.pid);
-  writePidFile(files.temporalPid, pid, owner);
+  await writePidFile(files.temporalPid, pid, owner);
   let gone = false;
   const exited = new Promise<void>((resolve) =>
     child.once('exit', () => {
@@ -314,10 +314,10 @@ export function ownerAlive(record: ProcessRecord): boolean {
 
 /**
  * Writes the pid file of the embedded server (DATA_DIR/temporal-server.pid) while it runs, so a later run can stop
- * one left behind, and only that one. `spawn` returns once the child has exec'd, so the command read is the server's.
+ * one left behind, and only that one. Nothing is written for a process that is gone.
  */
-export function writePidFile(file: string, pid: number, owner?: ProcessRecord): void {
-  const record = processRecord(pid);
+export async function writePidFile(file: string, pid: number, owner?: ProcessRecord): Promise<void> {
+  const record = await execedProcessRecord(pid);
   if (record === undefined) return;
   const { pid: ownerPid, startTime, command } = owner ?? {};
   const withOwner =
@@ -325,6 +325,26 @@ export function writePidFile(file: string, pid: number, owner?: ProcessRecord): 
       ? { ...record, owner: { pid: ownerPid, startTime, command } }
       : record;
   fs.writeFileSync(file, JSON.stringify(withOwner));
+}
+
+/**
+ * The record of a process just spawned. `spawn` returns when the child's exec has closed its inherited descriptors,
+ * a moment before the kernel fills in the new program's command line: read then, /proc shows an empty one. Waits
+ * (up to `waitMs`) for it while the process lives; undefined once it is gone.
+ */
+export async function execedProcessRecord(
+  pid: number,
+  {
+    waitMs = 2_000,
+    read = processRecord,
+  }: { waitMs?: number; read?: (pid: number) => ProcessRecord | undefined } = {},
+): Promise<ProcessRecord | undefined> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const record = read(pid);
+    if (record !== undefined || !fs.existsSync(`/proc/${pid}`) || Date.now() > deadline) return record;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }
 
 /**
