@@ -2,14 +2,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { WorkflowHandle } from '@temporalio/client';
-import type { documentPipeline } from '../../workflows';
 import { loadConfig, dataPaths, SAMPLES_DIR } from '../config';
-import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../contract';
-import type { PipelineInput, PipelineResult } from '../contract';
+import type { PipelineResult } from '../contract';
 import { FileBlobStore } from '../documents/blobs';
 import { collectDocuments } from '../documents/files';
-import type { DocumentFile } from '../documents/files';
 import { runMain } from '../lib/run-main';
 import { SqliteAnswerMemo } from '../model/memo-sqlite';
 import { SqlitePublicationStore } from '../publisher/publication-store';
@@ -17,6 +13,8 @@ import { startReceiver } from '../publisher/receiver';
 import { markSkippedOnResume, recoveryReport, runDetails } from '../runs/history';
 import type { StepReport } from '../runs/history';
 import { classifyStep, summarizeReports } from '../runs/step-outcome';
+import { submitDocument } from '../runs/submit';
+import type { Submission } from '../runs/submit';
 import { connectClient } from '../temporal/connection';
 import { startEmbeddedServer } from '../temporal/dev-server';
 import { freeLoopbackPort } from '../lib/loopback';
@@ -34,14 +32,6 @@ const MODEL_NAME = 'demo-model';
 const CLOCK_TOLERANCE_MS = 500;
 /** With --manual, how long the demo waits for you to kill worker 1 before it does so itself. */
 const MANUAL_WINDOW_S = 45;
-
-/** A document of the demo and its run. */
-interface Run {
-  document: DocumentFile;
-  workflowId: string;
-  runId: string;
-  handle: WorkflowHandle<typeof documentPipeline>;
-}
 
 /**
  * `npm run demo:crash [-- --manual]`: watch a crash and the recovery. Starts its own dev server, a model server, a
@@ -85,7 +75,7 @@ async function run(): Promise<void> {
     documents.sort((a, b) => a.source.localeCompare(b.source));
     const [firstDocument] = documents;
     if (firstDocument === undefined) throw new Error(`no documents in ${SAMPLES_DIR}`);
-    const runs: Run[] = [];
+    const runs: Submission[] = [];
     let crashed = false;
     const firstRun = (key: string | undefined): boolean =>
       runs[0] !== undefined && key?.startsWith(`${runs[0].runId}:`) === true;
@@ -148,21 +138,9 @@ async function run(): Promise<void> {
 
     const blobs = new FileBlobStore(dataPaths(dataDir).blobs);
     for (const document of documents) {
-      const input: PipelineInput = {
-        schemaVersion: INPUT_SCHEMA_VERSION,
-        documentId: document.documentId,
-        textRef: await blobs.put(document.bytes),
-        title: document.title,
-        options: {},
-      };
-      const workflowId = workflowIdFor(document.documentId);
-      const handle = await client.workflow.start<typeof documentPipeline>('documentPipeline', {
-        taskQueue,
-        workflowId,
-        args: [input],
-      });
-      runs.push({ document, workflowId, runId: handle.firstExecutionRunId, handle });
-      say(`${at()} Submitted "${document.title}" as ${workflowId}`);
+      const submission = await submitDocument(client, blobs, taskQueue, document);
+      runs.push(submission);
+      say(`${at()} Submitted "${document.title}" as ${submission.workflowId}`);
     }
 
     const done = await readyForCrash(runs, store, model);
@@ -294,7 +272,7 @@ function processName(identity: string | undefined, workers: readonly WorkerProce
  * every other document's summary recorded and its tag call open at the model server. Returns the steps done.
  */
 async function readyForCrash(
-  runs: readonly Run[],
+  runs: readonly Submission[],
   store: SqlitePublicationStore,
   model: { open(): ChatRequest[] },
 ): Promise<number> {

@@ -18,7 +18,9 @@ export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<typeof docum
 export interface Submission {
   document: DocumentFile;
   workflowId: string;
-  /** The run that works on this version of the document, by run ID. */
+  /** The run that works on this version of the document. */
+  runId: string;
+  /** That run, by run ID. */
   handle: PipelineHandle;
   /**
    * `new`: started now; `replaced`: started now, ending the run of another version that was under way;
@@ -71,6 +73,7 @@ export async function submitDocument(
   const found = (run: RunFacts, attachedTo: Submission['attachedTo']): Submission => ({
     document,
     workflowId,
+    runId: run.runId,
     handle: client.workflow.getHandle<typeof documentPipeline>(workflowId, run.runId),
     attachedTo,
   });
