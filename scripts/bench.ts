@@ -241,7 +241,10 @@ async function pipelineRuns(
         rows.push(await runEagerOneByOne(client, parts.stores.blobs, taskQueue, docs, workMs, options.label));
       }
     });
-    if (options.eager) rows.push(await runEmptySteps(server, client, docs.length));
+    if (options.eager) {
+      for (const concurrency of new Set([1, Math.max(...options.concurrencies)]))
+        rows.push(await runEmptySteps(server, client, docs.length, concurrency));
+    }
     if (options.extras) {
       result.coldStart = await coldStart(server, parts.deps, taskQueue);
       result.killToResumeMs = await killToResume(server, config.dataDir);
@@ -386,11 +389,17 @@ async function runEagerOneByOne(
 }
 
 /**
- * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, one at a time, started
- * eagerly as the row above: a document's time here is all overhead, the floor under the pipeline's.
+ * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, `concurrency` at once,
+ * each started eagerly as the eager row above: a document's time here is all overhead, the floor under the
+ * pipeline's, and the docs/s at the largest concurrency is the ceiling over it on this machine.
  */
-async function runEmptySteps(server: Server, client: Client, count: number): Promise<Row> {
-  const taskQueue = 'bench-empty-steps';
+async function runEmptySteps(
+  server: Server,
+  client: Client,
+  count: number,
+  concurrency: number,
+): Promise<Row> {
+  const taskQueue = `bench-empty-steps-c${concurrency}`;
   const { code } = await bundleWorkflowCode({
     workflowsPath: require.resolve('./bench-workflows'),
     logger: silent,
@@ -400,25 +409,31 @@ async function runEmptySteps(server: Server, client: Client, count: number): Pro
     namespace: 'default',
     taskQueue,
     workflowBundle: { code },
+    // The SDK's defaults for everything else, as the pipeline's worker (createPipelineWorker).
     activities: { nothing: async () => {} },
   });
   const perDoc: number[] = [];
+  let next = 0;
   const started = performance.now();
-  await worker.runUntil(async () => {
-    for (let i = 0; i < count; i++) {
-      const t = performance.now();
-      await client.workflow.execute(emptySteps, {
-        taskQueue,
-        workflowId: `bench-empty-steps-${i}`,
-        requestEagerStart: true,
-      });
-      perDoc.push(performance.now() - t);
-    }
-  });
+  await worker.runUntil(() =>
+    Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < count; i = next++) {
+          const t = performance.now();
+          await client.workflow.execute(emptySteps, {
+            taskQueue,
+            workflowId: `bench-empty-steps-c${concurrency}-${i}`,
+            requestEagerStart: true,
+          });
+          perDoc.push(performance.now() - t);
+        }
+      }),
+    ),
+  );
   const seconds = (performance.now() - started) / 1000;
   const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
-  const name = 'Temporal alone: the same three steps doing nothing, one at a time, eager start';
-  return timedRow(name, 1, perDoc, perStep, seconds);
+  const name = 'Temporal alone: the same three steps doing nothing, eager start';
+  return timedRow(name, concurrency, perDoc, perStep, seconds);
 }
 
 /** Worker.create to polling: bundling the workflows from source, against loading the prebuilt bundle. */
@@ -638,6 +653,7 @@ async function run(): Promise<void> {
     const pipelineRows = rows.filter((r) => r.path.startsWith('pipeline'));
     const tunedAtOne = rows.find((r) => r.path.includes('batch workflow, tuned') && r.concurrency === 1);
     const best = Math.max(...pipelineRows.map((r) => r.docsPerSecond));
+    const temporalAlone = rows.filter((r) => r.path.startsWith('Temporal alone'));
     const results = {
       measuredAt: new Date().toISOString(),
       machine: { cores: os.cpus().length, memoryGiB: round(os.totalmem() / 2 ** 30), node: process.version },
@@ -650,7 +666,9 @@ async function run(): Promise<void> {
           ? Math.round(tunedAtOne.perStepOverheadMsP50 / full.perStepOverheadMsP50)
           : undefined,
       // The floor: the same shape of workflow with activities that do nothing, on the same server.
-      perStepMsP50TemporalAlone: rows.find((r) => r.path.startsWith('Temporal alone'))?.perStepOverheadMsP50,
+      perStepMsP50TemporalAlone: temporalAlone.find((r) => r.concurrency === 1)?.perStepOverheadMsP50,
+      // The ceiling: the most documents a second Temporal alone gets through here.
+      docsPerSecondBestTemporalAlone: Math.max(...temporalAlone.map((r) => r.docsPerSecond)),
       docsPerSecondBest: best,
       checkpointLoopMsPerDoc: {
         full: full.msPerDocP50,
