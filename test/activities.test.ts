@@ -11,7 +11,8 @@ import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { idempotencyKey } from '../activities/idempotency';
 import { FailureType } from '../src/contract';
-import { answering, cleanupAfterAll, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
+import { answering, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
+import { cleanupAfterAll } from './scratch';
 import type { LocalParts, ModelServer } from './helpers';
 
 const defer = cleanupAfterAll();

@@ -13,14 +13,8 @@ import { randomUUID } from 'node:crypto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import {
-  cleanupAfterAll,
-  installQuietRuntime,
-  SAMPLE_TEXT,
-  scratchDir,
-  silentLogger,
-  timeSkippingEnv,
-} from './helpers';
+import { installQuietRuntime, SAMPLE_TEXT, silentLogger, timeSkippingEnv } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();

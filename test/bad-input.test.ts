@@ -29,16 +29,15 @@ import {
 import { createPipelineWorker } from '../src/temporal/worker';
 import type { documentPipeline } from '../workflows';
 import {
-  cleanupAfterAll,
   installQuietRuntime,
   pipelineInput,
   pipelineWorker,
   SAMPLE_TEXT,
-  scratchDir,
   tempParts,
   timeSkippingEnv,
   workflowBundle,
 } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();

@@ -29,16 +29,8 @@ import type { BlobStore } from '../src/documents/blobs';
 import { documentIdOf } from '../src/documents/files';
 import { processDocuments } from '../src/runs/batch';
 import { submitDocument } from '../src/runs/submit';
-import {
-  cleanupAfterAll,
-  devServerEnv,
-  installQuietRuntime,
-  pipelineWorker,
-  SAMPLE_TEXT,
-  scratchDir,
-  tempParts,
-  until,
-} from './helpers';
+import { devServerEnv, installQuietRuntime, pipelineWorker, SAMPLE_TEXT, tempParts, until } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 import type { LocalParts } from './helpers';
 
 const defer = cleanupAfterAll();

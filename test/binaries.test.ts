@@ -11,7 +11,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ConfigError } from '../src/config';
 import { ensureTemporalExecutable, resolveTemporalExecutable } from '../src/temporal/binaries';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

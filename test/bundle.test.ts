@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { bundleStamp, prebuiltBundle } from '../src/temporal/bundle';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

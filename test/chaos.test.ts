@@ -38,14 +38,8 @@ import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { startModelServer } from '../src/cli/demo/model-server';
 import type { ChatRequest, ModelServer } from '../src/cli/demo/model-server';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
-import {
-  completion,
-  freePort,
-  startCrashableWorker,
-  temporalExecutable,
-  tempDir,
-  writeWorkflowBundle,
-} from './helpers';
+import { completion, startCrashableWorker, temporalExecutable, writeWorkflowBundle } from './helpers';
+import { freePort, tempDir } from './scratch';
 import { freshDatabase, onDatabase } from './postgres';
 import { devServerArgs } from '../src/temporal/tuning';
 

@@ -16,15 +16,8 @@ import type { AnswerMemo } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import { FailureType } from '../src/contract';
 import type { SummarizeResult } from '../src/contract';
-import {
-  cleanupAfterAll,
-  completion,
-  modelServerFor,
-  openAIModel,
-  SAMPLE_TEXT,
-  SUMMARY,
-  tempParts,
-} from './helpers';
+import { completion, modelServerFor, openAIModel, SAMPLE_TEXT, SUMMARY, tempParts } from './helpers';
+import { cleanupAfterAll } from './scratch';
 import type { ChatScript, LocalParts, ModelServer } from './helpers';
 import { freshDatabase } from './postgres';
 

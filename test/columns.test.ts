@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cut, titleWidth } from '../src/runs/columns';
 import { printOutcomes } from '../src/runs/result-table';
-import { publishedOutcome } from './helpers';
+import { publishedOutcome } from './outcomes';
 
 const usage = { inputTokens: 1200, outputTokens: 85 };
 

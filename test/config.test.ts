@@ -9,7 +9,7 @@ import path from 'node:path';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { ConfigError, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/contract';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import { loadConfig } from '../src/config';
 import { UserFacingError } from '../src/lib/run-main';
 import { connectClient, connectionFailure, connectWorker } from '../src/temporal/connection';
-import { freePort, tempDir } from './helpers';
+import { freePort, tempDir } from './scratch';
 
 /** The connection settings as every entry point reads them: through loadConfig. */
 const temporalConnection = (env: NodeJS.ProcessEnv) => loadConfig(env).temporal;

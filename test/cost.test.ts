@@ -9,7 +9,6 @@ import { loadConfig } from '../src/config';
 import { DEFAULT_PRICES, estimateCost, formatCost } from '../src/model/pricing';
 import type { SummarizeResult, TagResult } from '../src/contract';
 import {
-  cleanupAfterAll,
   completion,
   isTagRequest,
   modelServerFor,
@@ -18,6 +17,7 @@ import {
   SAMPLE_TEXT,
   tempParts,
 } from './helpers';
+import { cleanupAfterAll } from './scratch';
 import type { LocalParts, ModelServer } from './helpers';
 
 const defer = cleanupAfterAll();

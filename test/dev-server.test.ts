@@ -21,7 +21,6 @@ import type { documentPipeline } from '../workflows';
 
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
-  cleanupAfterAll,
   devServerEnv,
   isTagRequest,
   modelServerFor,
@@ -30,13 +29,13 @@ import {
   pipelineInput,
   pipelineWorker,
   SAMPLE_TEXT,
-  scratchDir,
   startCrashableWorker,
   startPipeline,
   tempParts,
   webhookPublisher,
   writeWorkflowBundle,
 } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 import { startLink } from '../src/cli/demo/link';
 import type { LinkRequest } from '../src/cli/demo/link';
 

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/contract';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
-import { DASHBOARD_FILE, dashboardQueries } from './helpers';
+import { DASHBOARD_FILE, dashboardQueries } from './dashboard';
 
 const ROOT = path.resolve(__dirname, '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');

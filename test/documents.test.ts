@@ -17,7 +17,7 @@ import { loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
 import { BatchInputSchema, ManifestPageSchema } from '../src/batch-contract';
 import { processDocuments } from '../src/runs/batch';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const LIMIT = 1_000;
 

@@ -16,7 +16,7 @@ import { ConfigError } from '../src/config';
 import { closeServer, listenOnLoopback } from '../src/lib/loopback';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
 import { answers, connectOrStartTemporal, recordedProcess, webUiLine } from '../src/temporal/dev-server';
-import { cleanupAfterAll, freePort, scratchDir } from './helpers';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const ROOT = path.resolve(__dirname, '..');
 const defer = cleanupAfterAll();

@@ -1,14 +1,12 @@
 /**
  * Shared parts for tests: real-but-local dependencies (SQLite files in a temp folder, an OpenAI-compatible HTTP
- * server on loopback), the Temporal binaries, one workflow bundle per test process, and the cleanup registry
- * that closes and removes them after a file's tests.
+ * server on loopback), the Temporal binaries, one workflow bundle per test process. What they make is closed and
+ * removed after a file's tests by test/scratch.ts's cleanup registry.
  */
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { after } from 'node:test';
 import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
@@ -17,7 +15,6 @@ import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
 import type { Worker, WorkflowBundle } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
-import { z } from 'zod';
 import type { ActivityDependencies } from '../activities';
 import { completion, startModelServer } from '../src/cli/demo/model-server';
 import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli/demo/model-server';
@@ -26,13 +23,12 @@ import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
 import { prebuiltBundle } from '../src/temporal/bundle';
 import { devServerArgs } from '../src/temporal/tuning';
-import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS } from '../src/contract';
-import type { ModelInfo, PipelineInput, PipelineOptions, PipelineResult, Usage } from '../src/contract';
-import type { DocumentOutcome } from '../src/runs/result-table';
+import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema } from '../src/contract';
+import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
 import { relay } from '../src/cli/demo/link';
-import { closeServer, freeLoopbackPort, listenOnLoopback, readBody } from '../src/lib/loopback';
+import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
 import { AiSdkModel } from '../src/model/ai-sdk';
@@ -48,39 +44,10 @@ import type { StartedPipeline } from '../src/runs/submit';
 import type { documentPipeline } from '../workflows';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { createPipelineWorker } from '../src/temporal/worker';
+import { scratchDir, tempDir } from './scratch';
+import type { Defer } from './scratch';
 
 export type { StartedPipeline };
-
-// ---------------------------------------------------------------------------------------------------------------
-// Cleanup after a file's tests
-// ---------------------------------------------------------------------------------------------------------------
-
-/** Closes or removes something a test made. */
-export type Cleanup = () => Promise<void> | void;
-/** Registers a cleanup to run after the file's tests. */
-export type Defer = (cleanup: Cleanup) => void;
-
-/**
- * A cleanup registry for this test file: returns `defer(cleanup)`, and runs what was deferred in node:test's
- * `after` hook, last registered first (a folder is removed after the store inside it is closed). Call once, at
- * the top level of the file.
- */
-export function cleanupAfterAll(): Defer {
-  const cleanups: Cleanup[] = [];
-  after(async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup();
-  });
-  return (cleanup) => {
-    cleanups.push(cleanup);
-  };
-}
-
-/** A fresh, empty temp folder, removed after the file's tests. */
-export function scratchDir(defer: Defer, prefix?: string): string {
-  const dir = tempDir(prefix);
-  defer(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Temporal: binaries, workflow bundle, runtime, test environment, workers and runs
@@ -228,11 +195,6 @@ export function stepFailure(
 // ---------------------------------------------------------------------------------------------------------------
 // Local parts: blob store, memo and publication database in a temp folder
 // ---------------------------------------------------------------------------------------------------------------
-
-/** A fresh temp folder, removed by the caller's `cleanup`. */
-export function tempDir(prefix = 'pipeline-test-'): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-}
 
 export interface LocalParts {
   dir: string;
@@ -439,102 +401,9 @@ export function startCrashableWorker(
   );
 }
 
-/** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
-export const freePort = freeLoopbackPort;
-
 export { closeServer, listenOnLoopback };
 export { completion, startModelServer } from '../src/cli/demo/model-server';
 export type { ChatReply, ChatRequest, ChatScript, ModelServer };
-
-// ---------------------------------------------------------------------------------------------------------------
-// Observability: the compose dashboard's queries
-// ---------------------------------------------------------------------------------------------------------------
-
-/** The Grafana dashboard docker-compose provisions. */
-export const DASHBOARD_FILE = path.join(
-  __dirname,
-  '..',
-  'deploy',
-  'grafana',
-  'dashboards',
-  'document-pipeline.json',
-);
-
-/**
- * The metric names the dashboard's PromQL queries read, with a histogram's `_bucket`, `_sum` and `_count` taken off
- * (the name its page declares), and each panel's title with its queries.
- */
-export function dashboardQueries(): {
-  panels: { title: string; exprs: string[] }[];
-  metricNames: Set<string>;
-} {
-  const Dashboard = z.object({
-    panels: z.array(
-      z.object({ title: z.string(), targets: z.array(z.object({ expr: z.string() })).min(1) }).loose(),
-    ),
-  });
-  const dashboard = Dashboard.parse(JSON.parse(fs.readFileSync(DASHBOARD_FILE, 'utf8')));
-  const panels = dashboard.panels.map((p) => ({ title: p.title, exprs: p.targets.map((t) => t.expr) }));
-  const metricNames = new Set(
-    panels
-      .flatMap((p) => p.exprs)
-      .flatMap((expr) => [...expr.matchAll(/\b((?:pipeline|temporal|process|nodejs)_[a-z0-9_]+)\b/g)])
-      .map((m) => (m[1] ?? '').replace(/_(bucket|sum|count)$/, '')),
-  );
-  return { panels, metricNames };
-}
-
-/**
- * The outcome of a document published in one go (revision 1, each step completed once), for result-table tests:
- * its title, tags and model, the tokens each model step used, and whether all of it was done before this session.
- */
-export function publishedOutcome(
-  title: string,
-  {
-    tags = ['t'],
-    model = { provider: 'offline', model: 'extractive-wink-nlp' },
-    usage = { inputTokens: 10, outputTokens: 2 },
-    doneEarlier = false,
-  }: { tags?: string[]; model?: ModelInfo; usage?: Usage; doneEarlier?: boolean } = {},
-): DocumentOutcome {
-  const result: PipelineResult = {
-    documentId: title,
-    title,
-    summary: { summary: 'A summary.', idempotencyKey: 'r:summarize', model, usage, memoised: false },
-    tags: { tags, idempotencyKey: 'r:tag', model, usage, memoised: false },
-    publication: {
-      idempotencyKey: 'r:publish',
-      target: 'sqlite',
-      documentId: title,
-      revision: 1,
-      duplicate: false,
-    },
-  };
-  const steps = STEPS.map((step) => ({
-    step,
-    status: 'completed' as const,
-    attempts: 1,
-    worker: 'w',
-    lastFailure: undefined,
-    idempotencyKey: `r:${step}`,
-    scheduledAt: 1,
-    completedAt: 2,
-    timeLostMs: 0,
-    skippedOnResume: false,
-    doneEarlier,
-    memoised: false,
-    usage: undefined,
-    estimatedCostUsd: undefined,
-  }));
-  return {
-    source: `${title}.md`,
-    title,
-    workflowId: `document-${title}`,
-    result,
-    error: undefined,
-    report: { runId: 'r', steps, workers: ['w'] },
-  };
-}
 
 /** Asserts an ApplicationFailure thrown by an activity: its type, whether Temporal may retry it, its message. */
 export function applicationFailure(

@@ -18,15 +18,8 @@ import type { DocumentFile } from '../src/documents/files';
 import { submitDocument } from '../src/runs/submit';
 import type { Submission } from '../src/runs/submit';
 import { documentPipeline } from '../workflows';
-import {
-  cleanupAfterAll,
-  installQuietRuntime,
-  pipelineWorker,
-  SAMPLE_TEXT,
-  scratchDir,
-  tempParts,
-  timeSkippingEnv,
-} from './helpers';
+import { installQuietRuntime, pipelineWorker, SAMPLE_TEXT, tempParts, timeSkippingEnv } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const EDITED_TEXT = `${SAMPLE_TEXT}\n\nAn edit: retries reuse the key, so the target never writes a step twice.`;
 

@@ -20,19 +20,17 @@ import { nextAttempt } from '../src/telemetry/attempts';
 import { createLogger, SdkLogger } from '../src/telemetry/log';
 import { pipelineMetrics } from '../src/telemetry/metrics';
 import {
-  cleanupAfterAll,
   closeServer,
   finishedRun,
-  freePort,
   listenOnLoopback,
   pipelineInput,
   SAMPLE_TEXT,
-  scratchDir,
   tempParts,
   timeSkippingEnv,
   webhookPublisher,
   withPipeline,
 } from './helpers';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const ROOT = path.resolve(__dirname, '..');
 const defer = cleanupAfterAll();

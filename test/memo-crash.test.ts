@@ -28,9 +28,9 @@ import {
   SAMPLE_TEXT,
   startCrashableWorker,
   startModelServer,
-  tempDir,
   writeWorkflowBundle,
 } from './helpers';
+import { tempDir } from './scratch';
 import type { ModelServer } from './helpers';
 
 const run = promisify(execFile);

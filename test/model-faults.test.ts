@@ -23,7 +23,6 @@ import { FailureType } from '../src/contract';
 import type { SummarizeResult, TagResult } from '../src/contract';
 import {
   applicationFailure,
-  cleanupAfterAll,
   closeServer,
   completion,
   finishedRun,
@@ -43,6 +42,7 @@ import {
   until,
   withPipeline,
 } from './helpers';
+import { cleanupAfterAll } from './scratch';
 import type { ChatReply, LocalParts, StartedPipeline } from './helpers';
 
 let env: TestWorkflowEnvironment;

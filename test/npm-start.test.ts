@@ -10,7 +10,8 @@ import { describe, it } from 'node:test';
 import { recordedProcess } from '../src/temporal/dev-server';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { dataPaths } from '../src/config';
-import { cleanupAfterAll, completion, freePort, isTagRequest, modelServerFor, scratchDir } from './helpers';
+import { completion, isTagRequest, modelServerFor } from './helpers';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const ROOT = path.resolve(__dirname, '..');
 const SAMPLE_COUNT = 4;

@@ -19,7 +19,7 @@ import {
   recordedProcess,
   writePidFile,
 } from '../src/temporal/dev-server';
-import { cleanupAfterAll, freePort, scratchDir } from './helpers';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import type { Defer } from './helpers';
+import type { Defer } from './scratch';
 
 /** The test server, as a URL to its maintenance database (databases are created and dropped from there). */
 export const TEST_DATABASE_URL =

@@ -19,7 +19,8 @@ import { AiSdkModel } from '../src/model/ai-sdk';
 import { remoteModel } from '../src/model/choose';
 import { findProvider } from '../src/model/providers';
 import type { DocumentModel, ModelCall } from '../src/model/types';
-import { applicationFailure, cleanupAfterAll, modelServerFor, SAMPLE_TEXT, until } from './helpers';
+import { applicationFailure, modelServerFor, SAMPLE_TEXT, until } from './helpers';
+import { cleanupAfterAll } from './scratch';
 import type { ChatReply } from './helpers';
 
 const defer = cleanupAfterAll();

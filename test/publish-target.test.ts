@@ -16,7 +16,8 @@ import type { ReceiverOptions } from '../src/publisher/receiver';
 import { SIGNATURE_TOLERANCE_SECONDS, signer } from '../src/publisher/signature';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
-import { cleanupAfterAll, scratchDir, webhookPublisher } from './helpers';
+import { webhookPublisher } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 const NO_ABORT = new AbortController().signal;

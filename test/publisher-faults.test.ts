@@ -19,19 +19,18 @@ import { FailureType } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import type { Publisher } from '../src/publisher/types';
 import {
-  cleanupAfterAll,
   closeServer,
   finishedRun,
   installQuietRuntime,
   listenOnLoopback,
   pipelineInput,
   SAMPLE_TEXT,
-  tempDir,
   tempParts,
   timeSkippingEnv,
   withPipeline,
   webhookPublisher,
 } from './helpers';
+import { cleanupAfterAll, tempDir } from './scratch';
 import { relay } from '../src/cli/demo/link';
 import type { StartedPipeline } from './helpers';
 

@@ -15,15 +15,8 @@ import type { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
-import {
-  cleanupAfterAll,
-  closeServer,
-  forwardPost,
-  listenOnLoopback,
-  scratchDir,
-  scratchLedger,
-  webhookPublisher,
-} from './helpers';
+import { closeServer, forwardPost, listenOnLoopback, scratchLedger, webhookPublisher } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import { parseRunArgs } from '../src/cli/args';
 import { ConfigError } from '../src/config';
 import { printOutcomes } from '../src/runs/result-table';
-import { publishedOutcome } from './helpers';
+import { publishedOutcome } from './outcomes';
 
 const offline = { provider: 'offline', model: 'extractive-wink-nlp' };
 const haiku = { provider: 'anthropic', model: 'claude-haiku-4-5' };

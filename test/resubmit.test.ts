@@ -14,7 +14,6 @@ import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { submitDocument } from '../src/runs/submit';
 import {
-  cleanupAfterAll,
   forwardPost,
   closeServer,
   installQuietRuntime,
@@ -24,12 +23,12 @@ import {
   openAIModel,
   pipelineWorker,
   SAMPLE_TEXT,
-  scratchDir,
   stepFailure,
   tempParts,
   timeSkippingEnv,
   webhookPublisher,
 } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 import { freshDatabase } from './postgres';
 
 const defer = cleanupAfterAll();

@@ -9,19 +9,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { recoveryReport } from '../src/runs/history';
 import {
-  cleanupAfterAll,
   completion,
   devServerEnv,
   installQuietRuntime,
   modelServerFor,
   pipelineInput,
   SAMPLE_TEXT,
-  scratchDir,
   startCrashableWorker,
   startPipeline,
   tempParts,
   writeWorkflowBundle,
 } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();

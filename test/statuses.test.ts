@@ -11,7 +11,7 @@ import type { PublicationStore } from '../src/publisher/publication-store';
 import { formatReport } from '../src/runs/report-format';
 import { documentStatus, exitCodeFor, printOutcomes } from '../src/runs/result-table';
 import type { DocumentOutcome } from '../src/runs/result-table';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 

@@ -28,7 +28,7 @@ import type { Publication, Receipt } from '../src/publisher/types';
 import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
 import { migrate, openPostgres } from '../src/lib/postgres';
 import type { Migration, Pool } from '../src/lib/postgres';
-import { cleanupAfterAll, scratchDir } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 import { freshDatabase, freshSchema } from './postgres';
 
 const defer = cleanupAfterAll();

@@ -24,7 +24,8 @@ import { openStores } from '../src/store/open';
 import type { Stores } from '../src/store/open';
 import { generateKey } from '../src/temporal/codec';
 import { connectClient } from '../src/temporal/connection';
-import { cleanupAfterAll, devServerEnv, freePort, scratchDir } from './helpers';
+import { devServerEnv } from './helpers';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 import { freshDatabase } from './postgres';
 
 const defer = cleanupAfterAll();

@@ -26,22 +26,20 @@ import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
 import { activeTracing, startTracing, workerTracing } from '../src/telemetry/tracing';
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import {
-  cleanupAfterAll,
-  dashboardQueries,
   devServerEnv,
-  freePort,
   installQuietRuntime,
   modelServerFor,
   normalAnswer,
   openAIModel,
   pipelineInput,
   SAMPLE_TEXT,
-  scratchDir,
   silentLogger,
   SUMMARY,
   tempParts,
   webhookPublisher,
 } from './helpers';
+import { dashboardQueries } from './dashboard';
+import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 installQuietRuntime();
 const spans = new InMemorySpanExporter();

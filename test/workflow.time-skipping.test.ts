@@ -13,7 +13,6 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { FailureType } from '../src/contract';
 import type { PipelineResult } from '../src/contract';
 import {
-  cleanupAfterAll,
   completion,
   finishedRun,
   installQuietRuntime,
@@ -28,6 +27,7 @@ import {
   timeSkippingEnv,
   withPipeline,
 } from './helpers';
+import { cleanupAfterAll } from './scratch';
 
 const HOUR_MS = 60 * 60 * 1000;
 
