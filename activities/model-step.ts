@@ -63,6 +63,7 @@ export async function runModelStep<T>(
   }: { step: StepName; textRef: string; input: object; valueSchema: z.ZodType<T> },
   ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
 ): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
+  const attemptStarted = Date.now();
   const info = Context.current().info;
   const key = idempotencyKey(info);
   const workflowId = info.workflowExecution?.workflowId ?? info.activityId;
@@ -106,7 +107,7 @@ export async function runModelStep<T>(
           try {
             paid = await ask(text, {
               idempotencyKey: key,
-              signal: callSignal(signal),
+              signal: callSignal(signal, attemptStarted),
               ...(retryHint === undefined ? {} : { retryHint }),
             });
           } catch (err) {
@@ -279,23 +280,26 @@ export async function askOnce<T>(
   }
 }
 
-/** How long a call of an attempt the server gave up on may still deliver its answer (see callSignal). */
-const ABANDONED_CALL_GRACE_MS = 1_000;
-
 /**
- * The signal a model call gets: the attempt's, except when the server has given up on the attempt (it stalled past
- * the heartbeat timeout, a GC pause or a frozen VM, and learns so on waking; or its call hung past the start-to-close
- * timeout). The call then gets one more second: after a stall its answer may be in the socket already, paid
- * for, and the attempt that took over is waiting on this attempt's claim, still renewed, so storing that answer is
- * what keeps it from paying again. A hung call is stopped after that second, and its claim released. A
- * cancellation the workflow asked for, or a worker shutting down, stops the call at once.
+ * The signal a model call gets: the attempt's, except when the server has given up on the attempt before its
+ * start-to-close timeout (a stall past the heartbeat timeout: a GC pause, a frozen VM, a server that was down; the
+ * attempt learns so on waking). Such a call is not cut off: its answer may be in the socket already, or on its way,
+ * and paid for either way, while the attempt that took over waits on this attempt's claim, still renewed; storing
+ * that answer is what keeps it from paying again. It may run until the attempt's own start-to-close deadline, the
+ * time the step gives a model call (modelTimeoutSeconds, reckoned from `attemptStarted` on this worker's clock), or
+ * end sooner at the model client's request timeout; either releases the claim. A call still going at that
+ * deadline is hung, and is stopped. A cancellation the workflow asked for, or a worker shutting down, stops the
+ * call at once. (A fixed grace of one second paid twice whenever the answer came later, as on a loaded machine.)
  */
-function callSignal(attempt: AbortSignal, context = Context.current()): AbortSignal {
+function callSignal(attempt: AbortSignal, attemptStarted: number, context = Context.current()): AbortSignal {
   const call = new AbortController();
   const follow = (): void => {
     const details = context.cancellationDetails;
     if (details?.notFound === true || details?.timedOut === true) {
-      setTimeout(() => call.abort(attempt.reason), ABANDONED_CALL_GRACE_MS).unref();
+      const { startToCloseTimeoutMs } = context.info;
+      const left = startToCloseTimeoutMs > 0 ? attemptStarted + startToCloseTimeoutMs - Date.now() : Infinity;
+      if (left <= 0) call.abort(attempt.reason);
+      else if (Number.isFinite(left)) setTimeout(() => call.abort(attempt.reason), left).unref();
       return;
     }
     call.abort(attempt.reason);

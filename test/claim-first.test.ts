@@ -33,7 +33,18 @@ const BACKENDS = {
 async function summarizeStep(
   backend: keyof typeof BACKENDS,
   script: ChatScript,
-  settings: { memoLeaseMs?: number; maxProviderErrors?: number } = {},
+  {
+    requestTimeoutMs,
+    startToCloseTimeoutMs = 120_000,
+    ...settings
+  }: {
+    memoLeaseMs?: number;
+    maxProviderErrors?: number;
+    /** The model client's own timeout of one request (the tests' default otherwise). */
+    requestTimeoutMs?: number;
+    /** The attempts' start-to-close timeout: the default modelTimeoutSeconds unless told. */
+    startToCloseTimeoutMs?: number;
+  } = {},
 ): Promise<{
   server: ModelServer;
   local: LocalParts;
@@ -41,7 +52,8 @@ async function summarizeStep(
   runId: string;
 }> {
   const server = await modelServerFor(defer, script);
-  const local = await tempParts(defer, { model: openAIModel(server), env: await BACKENDS[backend]() });
+  const model = openAIModel(server, requestTimeoutMs === undefined ? {} : { requestTimeoutMs });
+  const local = await tempParts(defer, { model, env: await BACKENDS[backend]() });
   Object.assign(local.deps, settings, {
     prices: { 'test-model': { inputPerMillion: 1, outputPerMillion: 4 } },
   });
@@ -54,7 +66,12 @@ async function summarizeStep(
     runId: firstRun,
     attempt(n, runId = firstRun) {
       const env = new MockActivityEnvironment(
-        { activityId: 'summarize', workflowExecution: { workflowId, runId }, attempt: n },
+        {
+          activityId: 'summarize',
+          workflowExecution: { workflowId, runId },
+          attempt: n,
+          startToCloseTimeoutMs,
+        },
         { logger: quietLogger },
       );
       const { summarize } = createActivities(local.deps);
@@ -92,15 +109,16 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
       assert.equal(b.idempotencyKey, `${step.runId}:summarize`);
     });
 
-    it('an attempt the server gave up on still stores the answer it paid for: the successor waiting on it pays nothing', async () => {
-      // A stall past the heartbeat timeout: on waking, the attempt learns it was given up on (not found) while its
-      // call is answered. Its claim is still live, the successor waits on it, so the answer must reach the memo.
-      const step = await summarizeStep(backend, () => ({ body: completion(SUMMARY), delayMs: 1_200 }));
+    it('an attempt the server gave up on still stores the answer it paid for, however late: the successor waiting on it pays nothing', async () => {
+      // A stall past the heartbeat timeout, or a server that was down: the attempt learns it was given up on (not
+      // found) while its call is still out. The answer comes 2.5 s later, paid for all the same. The attempt's claim
+      // is still live and the successor waits on it, so the call must not be cut off, and its answer must reach the
+      // memo.
+      const step = await summarizeStep(backend, () => ({ body: completion(SUMMARY), delayMs: 3_000 }));
       const abandoned = step.attempt(1);
       await new Promise((resolve) => setTimeout(resolve, 200));
       const successor = step.attempt(2);
-      // Told just before its answer arrives (at 1.2 s): the answer comes within the second it is given.
-      await new Promise((resolve) => setTimeout(resolve, 800));
+      await new Promise((resolve) => setTimeout(resolve, 300));
       abandoned.env.cancel('NOT_FOUND', new ActivityCancellationDetails({ notFound: true }));
 
       const result = await successor.result;
@@ -109,6 +127,35 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
       assert.equal(result.summary, SUMMARY);
       assert.equal(result.memoised, true);
     });
+
+    it(
+      "stops a call still going at its attempt's start-to-close deadline, and the successor calls again",
+      { timeout: 30_000 },
+      async () => {
+        // The first call hangs. The server gives up on its attempt (timed out) before the 1.5 s start-to-close
+        // deadline; at the deadline the call is hung by the step's own measure and is stopped, releasing the claim.
+        // Without that stop, the successor would wait out the client's 60 s request timeout, past this test's 30 s.
+        let calls = 0;
+        const step = await summarizeStep(
+          backend,
+          () => (++calls === 1 ? 'hang' : { body: completion(SUMMARY) }),
+          { requestTimeoutMs: 60_000, startToCloseTimeoutMs: 1_500 },
+        );
+        const abandoned = step.attempt(1);
+        // It fails once its call is stopped, long before the successor is done.
+        const abandonedEnded = abandoned.result.catch(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        const successor = step.attempt(2);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        abandoned.env.cancel('TIMED_OUT', new ActivityCancellationDetails({ timedOut: true }));
+
+        const result = await successor.result;
+        await abandonedEnded;
+        assert.equal(step.server.requests.length, 2);
+        assert.equal(result.summary, SUMMARY);
+        assert.equal(result.memoised, false);
+      },
+    );
 
     it('a claim whose owner stopped renewing is taken over once its lease runs out, and no sooner', async () => {
       const step = await summarizeStep(
