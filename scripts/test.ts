@@ -1,0 +1,234 @@
+/**
+ * `npm test`'s runner, after the typecheck, lint and bundle: it finds or installs both Temporal binaries the way
+ * `npm start` finds the CLI (so a fresh clone needs nothing else), waits briefly for the test PostgreSQL, then runs
+ * every test file under node's test runner, and makes sure the run ends:
+ *
+ * - one deadline for the whole run (TEST_DEADLINE_MINUTES, default 30): past it the files still running are
+ *   named, and everything the run started is killed;
+ * - every process the run starts carries a marker in its environment, so whatever a test left behind (a worker, a
+ *   dev server in a process group of its own) is found and killed when the run ends, however it ends;
+ * - temp folders go under one folder of the run's own (TMPDIR), removed on every exit path, and databases a killed
+ *   file could not drop (their names carry the run's marker) are dropped.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { loadConfig } from '../src/config';
+import { runMain, UserFacingError } from '../src/lib/run-main';
+import { ensureTemporalExecutable } from '../src/temporal/binaries';
+
+const ROOT = path.resolve(__dirname, '..');
+/** The variable that marks this run's processes (and its databases' names); test/postgres.ts reads it too. */
+const RUN_MARKER = 'PIPELINE_TEST_RUN';
+const CONCURRENCY = 5;
+/** The chaos test mostly waits on real timeouts, so it starts first and the other files fit beside it. */
+const FIRST = 'test/chaos.test.ts';
+
+async function run(): Promise<void> {
+  const deadlineMinutes = Number(process.env.TEST_DEADLINE_MINUTES ?? '30');
+  if (!(deadlineMinutes > 0)) {
+    throw new UserFacingError(
+      `TEST_DEADLINE_MINUTES must be a positive number of minutes, not "${process.env.TEST_DEADLINE_MINUTES}"`,
+    );
+  }
+  const config = loadConfig();
+  const cli = await ensureTemporalExecutable('cli', config);
+  const testServer = await ensureTemporalExecutable('test-server', config);
+  const databaseUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  await waitForPostgres(databaseUrl);
+
+  const marker = randomBytes(4).toString('hex');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `pipeline-tests-${marker}-`));
+  const files = testFiles(process.argv.slice(2));
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', '--test', `--test-concurrency=${CONCURRENCY}`, '--test-force-exit', ...files],
+    {
+      cwd: ROOT,
+      stdio: 'inherit',
+      // A group of its own, so one signal reaches the runner and every file it runs.
+      detached: true,
+      env: {
+        ...process.env,
+        TEMPORAL_CLI_PATH: cli,
+        TEMPORAL_TEST_SERVER_PATH: testServer,
+        TEST_DATABASE_URL: databaseUrl,
+        TMPDIR: tmp,
+        [RUN_MARKER]: marker,
+      },
+    },
+  );
+  const exited = new Promise<number>((resolve) => {
+    child.once('exit', (code, signal) => resolve(code ?? (signal === null ? 1 : 128)));
+  });
+
+  let ending: string | undefined;
+  const end = (why: string): void => {
+    if (ending !== undefined || child.pid === undefined) return;
+    ending = why;
+    const group = child.pid;
+    signalGroup(group, 'SIGTERM');
+    // A runner that does not stop on SIGTERM gets 10 s, then the whole group is killed.
+    setTimeout(() => signalGroup(group, 'SIGKILL'), 10_000).unref();
+  };
+  const onSignal = (signal: NodeJS.Signals): void => end(`stopped by ${signal}`);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const deadline = setTimeout(() => {
+    const running = child.pid === undefined ? [] : runningFiles(child.pid, marker);
+    console.error(
+      `\nnpm test: the run's deadline of ${deadlineMinutes} min passed (TEST_DEADLINE_MINUTES); ` +
+        `still running: ${running.length > 0 ? running.join(', ') : 'no test file (the runner itself)'}`,
+    );
+    end('deadline');
+  }, deadlineMinutes * 60_000);
+
+  let code: number;
+  try {
+    code = await exited;
+  } finally {
+    clearTimeout(deadline);
+    const leftovers = await killMarked(marker);
+    if (leftovers.length > 0) {
+      console.error(`npm test: killed ${leftovers.length} process(es) the tests left behind: ${leftovers.join('; ')}`);
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+    await dropMarkedDatabases(databaseUrl, marker);
+  }
+  if (ending !== undefined) {
+    console.error(`npm test: ${ending}; the run did not finish`);
+    process.exit(1);
+  }
+  process.exit(code);
+}
+
+/** The test files to run: those named on the command line, else every test/*.test.ts, the chaos test first. */
+function testFiles(named: string[]): string[] {
+  if (named.length > 0) return named;
+  const all = fs
+    .readdirSync(path.join(ROOT, 'test'))
+    .filter((name) => name.endsWith('.test.ts'))
+    .map((name) => `test/${name}`)
+    .sort();
+  return [...all.filter((file) => file === FIRST), ...all.filter((file) => file !== FIRST)];
+}
+
+/** Waits up to 20 s for PostgreSQL to answer, then says what to do: the store tests need a real one. */
+async function waitForPostgres(url: string): Promise<void> {
+  let last = '';
+  for (let attempt = 0; attempt < 20; attempt++) {
+    try {
+      await onDatabase(url, (client) => client.query('SELECT 1'));
+      return;
+    } catch (err) {
+      last = err instanceof Error ? err.message : String(err);
+      await sleep(1_000);
+    }
+  }
+  const { hostname, port } = new URL(url);
+  throw new UserFacingError(
+    `PostgreSQL does not answer on ${hostname}:${port || '5432'} (${last}); the store tests need it: start it ` +
+      `(a local postgresql service, or docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16), ` +
+      `or point TEST_DATABASE_URL at one`,
+  );
+}
+
+async function onDatabase(url: string, work: (client: pg.Client) => Promise<unknown>): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
+  try {
+    await client.connect();
+    await work(client);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // The group is gone already.
+  }
+}
+
+interface ProcessInfo {
+  pid: number;
+  ppid: number;
+  args: string[];
+}
+
+/** The processes whose environment carries this run's marker (Linux's /proc; elsewhere none are found). */
+function markedProcesses(marker: string): ProcessInfo[] {
+  const found: ProcessInfo[] = [];
+  const needle = `${RUN_MARKER}=${marker}`;
+  for (const entry of safeList('/proc')) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    try {
+      const environ = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      if (!environ.includes(needle)) continue;
+      const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // The fields after the command's name, which is in parentheses and may hold spaces: state, then ppid.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      found.push({ pid, ppid, args });
+    } catch {
+      // Gone meanwhile, or not ours to read.
+    }
+  }
+  return found;
+}
+
+/** The test files node's runner (`runner`) still has a process for. */
+function runningFiles(runner: number, marker: string): string[] {
+  return markedProcesses(marker)
+    .filter((p) => p.ppid === runner)
+    .flatMap((p) => p.args.filter((arg) => arg.endsWith('.test.ts')))
+    .map((file) => path.relative(ROOT, path.resolve(ROOT, file)));
+}
+
+/** Kills every process still marked with this run (a frozen one is woken so it dies), and says which they were. */
+async function killMarked(marker: string): Promise<string[]> {
+  const described: string[] = [];
+  for (let round = 0; round < 3; round++) {
+    const left = markedProcesses(marker);
+    if (left.length === 0) break;
+    for (const p of left) {
+      if (round === 0) described.push(`${p.pid} ${p.args.slice(0, 4).join(' ').slice(0, 160)}`);
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        // Gone already.
+      }
+    }
+    await sleep(200);
+  }
+  return described;
+}
+
+/** Drops the databases test/postgres.ts made for this run that a killed test file could not drop itself. */
+async function dropMarkedDatabases(url: string, marker: string): Promise<void> {
+  await onDatabase(url, async (client) => {
+    const { rows } = await client.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE datname LIKE $1`,
+      [`pipeline_test_${marker}_%`],
+    );
+    for (const { datname } of rows) await client.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`);
+  }).catch((err: unknown) => {
+    console.error(`npm test: could not drop this run's leftover databases (${String(err)})`);
+  });
+}
+
+function safeList(dir: string): string[] {
+  try {
+    return fs.readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+runMain(run);
