@@ -270,9 +270,9 @@ export async function askOnce<T>(
         type: FailureType.ProviderErrorsExhausted,
         nonRetryable: true,
         message:
-          `the model provider failed ${failures} times for ${step} in this run (MAX_PROVIDER_ERRORS is ` +
-          `${maxProviderErrors}); the last error: ${err.message}. Check the provider, then submit the document ` +
-          'again: answers already paid for are reused',
+          `${step} failed after ${failures} attempts (provider errors in this run; MAX_PROVIDER_ERRORS is ` +
+          `${maxProviderErrors}): ${err.message}. Check the provider, then submit the document again: answers ` +
+          'already paid for are reused',
         cause: err,
       });
     }

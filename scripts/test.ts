@@ -53,7 +53,8 @@ async function run(): Promise<void> {
       // A group of its own, so one signal reaches the runner and every file it runs.
       detached: true,
       env: {
-        ...process.env,
+        // Set by node's runner in its files: a runner started from a test (test/fresh-clone.test.ts) would skip its own.
+        ...withoutVariable(process.env, 'NODE_TEST_CONTEXT'),
         TEMPORAL_CLI_PATH: cli,
         TEMPORAL_TEST_SERVER_PATH: testServer,
         TEST_DATABASE_URL: databaseUrl,
@@ -94,7 +95,9 @@ async function run(): Promise<void> {
     clearTimeout(deadline);
     const leftovers = await killMarked(marker);
     if (leftovers.length > 0) {
-      console.error(`npm test: killed ${leftovers.length} process(es) the tests left behind: ${leftovers.join('; ')}`);
+      console.error(
+        `npm test: killed ${leftovers.length} process(es) the tests left behind: ${leftovers.join('; ')}`,
+      );
     }
     fs.rmSync(tmp, { recursive: true, force: true });
     await dropMarkedDatabases(databaseUrl, marker);
@@ -221,6 +224,12 @@ async function dropMarkedDatabases(url: string, marker: string): Promise<void> {
   }).catch((err: unknown) => {
     console.error(`npm test: could not drop this run's leftover databases (${String(err)})`);
   });
+}
+
+function withoutVariable(env: NodeJS.ProcessEnv, name: string): NodeJS.ProcessEnv {
+  const copy = { ...env };
+  delete copy[name];
+  return copy;
 }
 
 function safeList(dir: string): string[] {

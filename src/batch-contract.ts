@@ -3,7 +3,7 @@
  * its options, the tally it keeps, and what it answers about its progress. Workflow-safe like src/contract.ts:
  * no Node builtins, no I/O; it is bundled into the workflow sandbox.
  */
-import { ActivityFailure } from '@temporalio/common';
+import { ActivityFailure, ChildWorkflowFailure, TimeoutFailure, TimeoutType } from '@temporalio/common';
 import { z } from 'zod';
 import { DocumentIdSchema, modelStepResults, PipelineOptionsSchema, STEPS, TextRefSchema } from './contract';
 import type { PipelineResult, StepName } from './contract';
@@ -206,21 +206,40 @@ export type RunVerdict =
   | { kind: 'start'; replaced: boolean; reuse: 'ALLOW_DUPLICATE' | 'ALLOW_DUPLICATE_FAILED_ONLY' };
 
 /**
- * Why a run failed, for one line: the innermost message of the failure chain (WorkflowFailedError or
- * ChildWorkflowFailure -> ActivityFailure -> ApplicationFailure), and the step whose activity failed, if one did.
+ * Why a run failed, for one line: the failure chain is followed through its wrappers (WorkflowFailedError,
+ * ChildWorkflowFailure, ActivityFailure) to the failure that says what happened, and no further: a step that
+ * failed for good names its last error itself, and that error's own message was written while a retry was still
+ * to come. A step whose budget ran out says so, with its last attempt's error. The step is the activity's, if one
+ * failed.
  */
 export function describeFailure(err: unknown): { reason: string; step: StepName | undefined } {
   let step: StepName | undefined;
   let current: unknown = err;
-  for (;;) {
+  while (isWrapper(current) && current.cause instanceof Error) {
     if (current instanceof ActivityFailure) {
       const { activityType } = current;
       step = STEPS.find((s) => s === activityType) ?? step;
     }
-    if (current instanceof Error && current.cause instanceof Error) current = current.cause;
-    else break;
+    current = current.cause;
+  }
+  if (current instanceof TimeoutFailure) {
+    const last = current.cause instanceof Error ? `; the last attempt: ${current.cause.message}` : '';
+    const budget =
+      current.timeoutType === TimeoutType.SCHEDULE_TO_CLOSE
+        ? "the step's budget (STEP_BUDGET_MINUTES) ran out"
+        : current.message;
+    return { reason: `${budget}${last}`, step };
   }
   return { reason: current instanceof Error ? current.message : String(current), step };
+}
+
+/** The failures that only say where another failed: the reason is in their cause. */
+function isWrapper(err: unknown): err is Error {
+  return (
+    err instanceof ActivityFailure ||
+    err instanceof ChildWorkflowFailure ||
+    (err instanceof Error && err.name === 'WorkflowFailedError')
+  );
 }
 
 /** What `awaitRun` reports of a run it waited on. */

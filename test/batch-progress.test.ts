@@ -4,7 +4,15 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { emptyTally } from '../src/batch-contract';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  ChildWorkflowFailure,
+  RetryState,
+  TimeoutFailure,
+  TimeoutType,
+} from '@temporalio/common';
+import { describeFailure, emptyTally } from '../src/batch-contract';
 import type { BatchFailure, BatchProgress } from '../src/batch-contract';
 import { BatchProgressDisplay } from '../src/runs/batch-progress';
 
@@ -53,5 +61,46 @@ describe('the batch progress display without a terminal', () => {
       ['FAILED a.md: tag: boom'],
     );
     assert.equal(display.seenFailures, 1);
+  });
+});
+
+describe("a failed document's one line", () => {
+  // A run that failed at a step fails with the step's ActivityFailure; its parent sees it inside a ChildWorkflowFailure.
+  const inChild = (cause: Error): Error =>
+    new ChildWorkflowFailure(
+      'default',
+      { workflowId: 'document-x', runId: 'r' },
+      'documentPipeline',
+      RetryState.NON_RETRYABLE_FAILURE,
+      new ActivityFailure('Activity task failed', 'tag', 'tag', RetryState.NON_RETRYABLE_FAILURE, 'w', cause),
+    );
+
+  it('says what ended the step for good, not the message its last attempt wrote while a retry was to come', () => {
+    const last = ApplicationFailure.create({
+      type: 'TransientModelError',
+      message: 'request failed (ENOTFOUND)',
+    });
+    const exhausted = ApplicationFailure.create({
+      type: 'ProviderErrorsExhausted',
+      nonRetryable: true,
+      message:
+        'tag failed after 6 attempts (provider errors in this run; MAX_PROVIDER_ERRORS is 6): request failed',
+      cause: last,
+    });
+    assert.deepEqual(describeFailure(inChild(exhausted)), { reason: exhausted.message, step: 'tag' });
+  });
+
+  it("names a step whose budget ran out, with its last attempt's error", () => {
+    const budget = new TimeoutFailure(
+      'activity ScheduleToClose timeout',
+      undefined,
+      TimeoutType.SCHEDULE_TO_CLOSE,
+    );
+    Object.defineProperty(budget, 'cause', { value: new Error('publish webhook answered HTTP 503') });
+    assert.deepEqual(describeFailure(inChild(budget)), {
+      reason:
+        "the step's budget (STEP_BUDGET_MINUTES) ran out; the last attempt: publish webhook answered HTTP 503",
+      step: 'tag',
+    });
   });
 });

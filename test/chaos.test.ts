@@ -82,6 +82,11 @@ const OPERATOR_GRACE_MS = 25_000;
 /** The operator calls a delivery with no effect at the receiver "not delivered" only when its claim is this old. */
 const OPERATOR_PATIENCE_MS = 45_000;
 const HOSTS = ['host-a', 'host-b'] as const;
+/**
+ * How long a worker process may take to start polling. Loading tsx and the SDK takes ~3 s of CPU; with both cores
+ * busy beside five test files it has taken over 60 s, and a start that never comes is reported as starved.
+ */
+const WORKER_READY_MS = 150_000;
 type HostName = (typeof HOSTS)[number];
 
 /** mulberry32: a tiny seeded PRNG, good enough to make a chaos run replayable. */
@@ -279,6 +284,8 @@ describe('chaos', { concurrency: true }, () => {
       let receiver: Awaited<ReturnType<typeof startFleetReceiver>>;
       let stores: Stores;
       let bundlePath: string;
+      /** Set by `after`: a scenario that failed (or timed out) stops its feeder and operator with it. */
+      let over = false;
 
       /** The dev server on its port and database file; the SDK gives it 5 s to answer, so a busy machine retries. */
       const startServer = async (): Promise<TestWorkflowEnvironment> => {
@@ -303,20 +310,23 @@ describe('chaos', { concurrency: true }, () => {
       };
 
       const startWorker = async (host: HostName): Promise<WorkerProcess> => {
-        const worker = await startCrashableWorker({
-          TEMPORAL_ADDRESS: `127.0.0.1:${port}`,
-          TEMPORAL_NAMESPACE: 'default',
-          TEMPORAL_TASK_QUEUE: taskQueue,
-          DATA_DIR: path.join(dir, host),
-          DATABASE_URL: databaseUrl,
-          OPENAI_BASE_URL: model.baseUrl.replace(/\/v1$/, `/${host}/v1`),
-          OPENAI_MODEL: 'chaos-model',
-          MODEL: '',
-          OPENAI_API_KEY: '',
-          PUBLISH_WEBHOOK_URL: receiver.urlFor(host),
-          WORKFLOW_BUNDLE_PATH: bundlePath,
-          WORKER_IDENTITY: `${host}-worker-${processes.length + 1}`,
-        });
+        const worker = await startCrashableWorker(
+          {
+            TEMPORAL_ADDRESS: `127.0.0.1:${port}`,
+            TEMPORAL_NAMESPACE: 'default',
+            TEMPORAL_TASK_QUEUE: taskQueue,
+            DATA_DIR: path.join(dir, host),
+            DATABASE_URL: databaseUrl,
+            OPENAI_BASE_URL: model.baseUrl.replace(/\/v1$/, `/${host}/v1`),
+            OPENAI_MODEL: 'chaos-model',
+            MODEL: '',
+            OPENAI_API_KEY: '',
+            PUBLISH_WEBHOOK_URL: receiver.urlFor(host),
+            WORKFLOW_BUNDLE_PATH: bundlePath,
+            WORKER_IDENTITY: `${host}-worker-${processes.length + 1}`,
+          },
+          WORKER_READY_MS,
+        );
         processes.push(worker);
         workers.set(host, worker);
         return worker;
@@ -344,20 +354,24 @@ describe('chaos', { concurrency: true }, () => {
         );
       });
 
-      after(async () => {
-        for (const worker of processes) {
-          if (worker.child.exitCode === null && worker.child.signalCode === null) {
-            worker.child.kill('SIGCONT');
-            await worker.kill();
+      after(
+        async () => {
+          over = true;
+          for (const worker of processes) {
+            if (worker.child.exitCode === null && worker.child.signalCode === null) {
+              worker.child.kill('SIGCONT');
+              await worker.kill();
+            }
           }
-        }
-        await env?.teardown();
-        await receiver?.close();
-        await model?.close();
-        await stores?.close();
-        for (const cleanup of cleanups.reverse()) await cleanup();
-        fs.rmSync(dir, { recursive: true, force: true });
-      });
+          await env?.teardown();
+          await receiver?.close();
+          await model?.close();
+          await stores?.close();
+          for (const cleanup of cleanups.reverse()) await cleanup();
+          fs.rmSync(dir, { recursive: true, force: true });
+        },
+        { timeout: 60_000 },
+      );
 
       it(
         'pays each model answer once, publishes each version of each document once, and loses nothing',
@@ -393,7 +407,7 @@ describe('chaos', { concurrency: true }, () => {
             debug(`submitted ${document.source} (${document.documentId})`);
           };
           const feeder = (async () => {
-            while (feeding) {
+            while (feeding && !over) {
               const due = Date.now() - lastSubmitAt >= SUBMIT_EVERY_MS;
               const published = new Set(receiver.effects.map((e) => e.key)).size;
               if (due && submitted.length - published < IN_FLIGHT) {
@@ -415,7 +429,7 @@ describe('chaos', { concurrency: true }, () => {
           const verdicts = { delivered: 0, unsent: 0 };
           let operating = true;
           const operator = (async () => {
-            while (operating) {
+            while (operating && !over) {
               for (const entry of await stores.ledger.openClaims()) {
                 if (Date.now() - entry.updatedAt.getTime() < OPERATOR_GRACE_MS) continue;
                 const effect = receiver.effects.find((e) => e.key === entry.idempotencyKey);

@@ -204,7 +204,10 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
         assert.ok(err instanceof ApplicationFailure, String(err));
         assert.equal(err.type, FailureType.ProviderErrorsExhausted);
         assert.equal(err.nonRetryable, true);
-        assert.match(err.message, /failed 3 times for summarize in this run \(MAX_PROVIDER_ERRORS is 3\)/);
+        assert.match(
+          err.message,
+          /summarize failed after 3 attempts \(provider errors in this run; MAX_PROVIDER_ERRORS is 3\):/,
+        );
         assert.match(err.message, /HTTP 500/);
         return true;
       });

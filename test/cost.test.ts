@@ -4,7 +4,9 @@ import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../activities';
-import { describeUsage } from '../src/runs/result-table';
+import { describeUsage, printOutcomes } from '../src/runs/result-table';
+import type { DocumentOutcome } from '../src/runs/result-table';
+import { publishedOutcome } from './outcomes';
 import { loadConfig } from '../src/config';
 import { DEFAULT_PRICES, estimateCost, formatCost } from '../src/model/pricing';
 import type { SummarizeResult, TagResult } from '../src/contract';
@@ -107,5 +109,34 @@ describe('model steps record usage and cost', () => {
       estimatedCostUsd: null,
     };
     assert.equal(describeUsage([step]), '5/1 tok, n/a');
+  });
+});
+
+describe('the result table counts what failed documents paid for', () => {
+  it("adds the steps a failed document finished (its summary, say) to the row and to the run's total", () => {
+    const published = publishedOutcome('ok', { usage: { inputTokens: 100, outputTokens: 10 } });
+    const failed: DocumentOutcome = {
+      ...publishedOutcome('broken', { usage: { inputTokens: 7, outputTokens: 3 } }),
+      result: undefined,
+      error: 'tag failed after 6 attempts',
+    };
+    const [summarize, tag, publish] = failed.report?.steps ?? [];
+    assert.ok(summarize && tag && publish);
+    Object.assign(summarize, {
+      usage: { inputTokens: 40, outputTokens: 5 },
+      rejectedUsage: { inputTokens: 2, outputTokens: 1 },
+      estimatedCostUsd: 0.25,
+    });
+    Object.assign(tag, { status: 'failed', usage: undefined });
+    Object.assign(publish, { status: 'not started' });
+    const lines: string[] = [];
+    printOutcomes([published, failed], (l) => lines.push(l), { columns: 200 });
+    const row = lines.find((l) => l.startsWith('broken'));
+    assert.match(row ?? '', /42\/6 tok, \$0\.250000/, lines.join('\n'));
+    // 100/10 twice (the summary and tags of "ok") plus the failed one's summary and the answer it refused.
+    assert.match(
+      lines.join('\n'),
+      /^Model usage: 242\/26 tok, .* in total, failed documents' paid steps included,/m,
+    );
   });
 });

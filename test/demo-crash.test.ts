@@ -1,7 +1,7 @@
 /**
- * The README's crash walkthrough, followed literally: `npm run demo:crash -- --manual` sets up the crash and waits;
+ * The crash walkthrough (docs/crash-demo.md), followed literally: `npm run demo:crash -- --manual` sets up the crash and waits;
  * this test plays the person and runs the `kill -9 <pid>` it prints. The demo must exit 0, publish each sample once,
- * repeat no finished model call, and print what the README shows, word for word (times, pids and other numbers
+ * repeat no finished model call, and print what docs/crash-demo.md shows, word for word (times, pids and other numbers
  * may differ; line breaks may fall elsewhere).
  */
 import assert from 'node:assert/strict';
@@ -14,11 +14,11 @@ const ROOT = path.resolve(__dirname, '..');
 const TIMEOUT_MS = 120_000;
 const SAMPLE_COUNT = 4;
 
-/** The output block of the README's walkthrough: the ```text block after the `--manual` command. */
+/** The output block of the walkthrough (docs/crash-demo.md): the ```text block after the `--manual` command. */
 function readmeOutput(): string {
-  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const readme = fs.readFileSync(path.join(ROOT, 'docs', 'crash-demo.md'), 'utf8');
   const command = readme.indexOf('npm run demo:crash -- --manual');
-  assert.ok(command !== -1, 'the README has no `npm run demo:crash -- --manual` walkthrough');
+  assert.ok(command !== -1, 'docs/crash-demo.md has no `npm run demo:crash -- --manual` walkthrough');
   const block = /^```text\n([\s\S]*?)^```$/m.exec(readme.slice(command));
   assert.ok(block?.[1] !== undefined, 'no ```text block after the walkthrough command');
   return block[1];
@@ -33,7 +33,7 @@ function words(text: string): string {
 }
 
 describe('npm run demo:crash -- --manual', () => {
-  it('waits for the kill, recovers, publishes each sample once, and prints what the README shows', async () => {
+  it('waits for the kill, recovers, publishes each sample once, and prints what docs/crash-demo.md shows', async () => {
     const child = spawn(
       process.execPath,
       ['--import', 'tsx', path.join(ROOT, 'src/cli/demo-crash.ts'), '--manual'],

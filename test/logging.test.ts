@@ -132,7 +132,7 @@ describe('the logs of a run', () => {
     const quiet = await logged('info', async () => void (run = await runWithFlakyPublish()));
     const failures = quiet.filter((l) => l.runId === run.runId && l.level !== 'info');
     const shape =
-      /^publish attempt (\d) failed: publish webhook at http:\/\/127\.0\.0\.1:\d+ answered HTTP 503; Retry-After 1 s: down for maintenance; will retry; next attempt at (\S+) \(in (\d+) s\)$/;
+      /^publish attempt (\d) failed: publish webhook at http:\/\/127\.0\.0\.1:\d+ answered HTTP 503; Retry-After 1 s: down for maintenance; next attempt at (\S+) \(in (\d+) s\)$/;
     assert.deepEqual(
       failures.map((l) => {
         const [, attempt, at, delay] = shape.exec(String(l.msg)) ?? [];

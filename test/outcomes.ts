@@ -43,6 +43,7 @@ export function publishedOutcome(
     doneEarlier,
     memoised: false,
     usage: undefined,
+    rejectedUsage: undefined,
     estimatedCostUsd: undefined,
   }));
   return {

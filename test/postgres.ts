@@ -35,7 +35,9 @@ export async function freshDatabase(defer: Defer): Promise<string> {
   await answers;
   // npm test's runner marks its run (scripts/test.ts): it drops what a killed file could not.
   const run = process.env.PIPELINE_TEST_RUN;
-  const name = uniqueName(run !== undefined && /^[0-9a-f]{8}$/.test(run) ? `pipeline_test_${run}` : 'pipeline_test');
+  const name = uniqueName(
+    run !== undefined && /^[0-9a-f]{8}$/.test(run) ? `pipeline_test_${run}` : 'pipeline_test',
+  );
   await onDatabase(TEST_DATABASE_URL, (client) => client.query(`CREATE DATABASE ${name}`));
   defer(() => onDatabase(TEST_DATABASE_URL, (client) => client.query(`DROP DATABASE ${name} WITH (FORCE)`)));
   const url = new URL(TEST_DATABASE_URL);

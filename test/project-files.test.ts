@@ -109,3 +109,54 @@ describe('"Change a step" in the README', () => {
       assert.ok(section.includes(`test/${file}`), `the section does not name test/${file}`);
   });
 });
+
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens. */
+function anchorOf(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
+}
+
+/** The anchors a Markdown file's headings make (outside code blocks). */
+function anchorsIn(markdown: string): Set<string> {
+  const withoutCode = markdown.replace(/^```[\s\S]*?^```$/gm, '');
+  return new Set([...withoutCode.matchAll(/^#{1,6} (.+)$/gm)].map((m) => anchorOf(m[1] ?? '')));
+}
+
+describe('the README and docs/', () => {
+  const README_MAX_LINES = 150;
+
+  it(`keep the README a starter's README: at most ${README_MAX_LINES} lines, details in docs/`, () => {
+    const lines = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8').trimEnd().split('\n').length;
+    assert.ok(
+      lines <= README_MAX_LINES,
+      `README.md has ${lines} lines: move the new details to a page in docs/ and link it`,
+    );
+  });
+
+  it('link only to files and headings that exist', () => {
+    const pages = ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).map((f) => `docs/${f}`)].filter(
+      (f) => f.endsWith('.md'),
+    );
+    const dead: string[] = [];
+    for (const page of pages) {
+      const text = fs.readFileSync(path.join(ROOT, page), 'utf8').replace(/^```[\s\S]*?^```$/gm, '');
+      for (const [, target = ''] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/.test(target)) continue; // http:, mailto:
+        const [file = '', anchor] = target.split('#');
+        const resolved = file === '' ? path.join(ROOT, page) : path.resolve(ROOT, path.dirname(page), file);
+        if (!fs.existsSync(resolved)) {
+          dead.push(`${page}: ${target} (no such file)`);
+          continue;
+        }
+        if (anchor !== undefined && resolved.endsWith('.md')) {
+          if (!anchorsIn(fs.readFileSync(resolved, 'utf8')).has(anchor))
+            dead.push(`${page}: ${target} (no such heading)`);
+        }
+      }
+    }
+    assert.deepEqual(dead, []);
+  });
+});

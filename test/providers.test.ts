@@ -359,15 +359,10 @@ for (const wire of WIRES) {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after': '7' } }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        applicationFailure(
-          FailureType.TransientModelError,
-          true,
-          [/HTTP 429; Retry-After 7 s/, /will retry/],
-          (f) => {
-            assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
-            assert.equal(msToNumber(f.nextRetryDelay), 7_000);
-          },
-        ),
+        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429; Retry-After 7 s/], (f) => {
+          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+          assert.equal(msToNumber(f.nextRetryDelay), 7_000);
+        }),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
     });

@@ -45,7 +45,8 @@ installQuietRuntime();
 const spans = new InMemorySpanExporter();
 startTracing(new SimpleSpanProcessor(spans));
 const defer = cleanupAfterAll();
-const README = path.join(__dirname, '..', 'README.md');
+/** Where the trace and the metrics excerpt are shown to people. */
+const SHOWN = path.join(__dirname, '..', 'docs', 'observability.md');
 
 let env: TestWorkflowEnvironment;
 
@@ -157,8 +158,11 @@ describe('tracing', () => {
           '        publish POST',
         ].join('\n'),
       );
-      const readme = fs.readFileSync(README, 'utf8');
-      assert.ok(readme.includes(tree), `README.md does not show the trace this test collects:\n${tree}`);
+      const readme = fs.readFileSync(SHOWN, 'utf8');
+      assert.ok(
+        readme.includes(tree),
+        `docs/observability.md does not show the trace this test collects:\n${tree}`,
+      );
 
       const keys = (name: string) =>
         all.filter((s) => s.name === name).map((s) => s.attributes['pipeline.idempotency_key']);
@@ -266,16 +270,16 @@ describe('metrics', () => {
         const declared = new RegExp(`^(# TYPE )?${name}(_bucket)?[{ ]`, 'm');
         assert.match(page, declared, `the dashboard queries ${name}, which is not on the page`);
       }
-      // The README's excerpt names only metrics this page has.
-      const readme = fs.readFileSync(README, 'utf8');
+      // The excerpt in docs/observability.md names only metrics this page has.
+      const readme = fs.readFileSync(SHOWN, 'utf8');
       const excerpt = /<!-- metrics excerpt -->\s*```text\n([\s\S]*?)```/.exec(readme)?.[1];
-      assert.ok(excerpt !== undefined, 'README.md has no metrics excerpt');
+      assert.ok(excerpt !== undefined, 'docs/observability.md has no metrics excerpt');
       for (const line of excerpt.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {
         const name = /^[a-z_]+/.exec(line)?.[0] ?? '';
         assert.match(
           page,
           new RegExp(`^${name}[{ ]`, 'm'),
-          `README shows ${name}, which the page does not have`,
+          `docs/observability.md shows ${name}, which the page does not have`,
         );
       }
     },

@@ -146,7 +146,7 @@ describe('documentPipeline on the time-skipping server', () => {
         handle.result(),
         stepFailure('summarize', (failure, activity) => {
           assert.equal(failure.type, FailureType.ProviderErrorsExhausted);
-          assert.match(failure.message, /failed 6 times for summarize in this run/);
+          assert.match(failure.message, /summarize failed after 6 attempts \(provider errors in this run/);
           assert.match(failure.message, /HTTP 500/);
           assert.match(failure.message, /upstream exploded/);
           assert.equal(activity.retryState, RetryState.NON_RETRYABLE_FAILURE);

@@ -70,7 +70,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
     // A refused connection (or an unknown host) sent nothing; anything else may have reached the server.
     throw ApplicationFailure.create({
       type: options.transientType,
-      message: `${options.what}: ${reason}; will retry`,
+      message: `${options.what}: ${reason}`,
       details: [neverSent(err) ? NOT_SENT : 'may-have-arrived'],
     });
   }
@@ -94,7 +94,7 @@ export function transientStatusFailure(answer: HttpAnswer, what: string, type: s
     answer.retryAfterMs !== undefined ? `; Retry-After ${Math.round(answer.retryAfterMs / 1000)} s` : '';
   return ApplicationFailure.create({
     type,
-    message: `${what} answered HTTP ${answer.status}${wait}: ${excerpt(answer.body)}; will retry`,
+    message: `${what} answered HTTP ${answer.status}${wait}: ${excerpt(answer.body)}`,
     nextRetryDelay: answer.retryAfterMs,
   });
 }

@@ -145,7 +145,7 @@ export class AiSdkModel implements DocumentModel {
     if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
       return ApplicationFailure.create({
         type: FailureType.TransientModelError,
-        message: `${this.what}: no answer within ${this.requestTimeoutMs} ms; will retry`,
+        message: `${this.what}: no answer within ${this.requestTimeoutMs} ms`,
       });
     }
     if (NoObjectGeneratedError.isInstance(err)) {
@@ -179,7 +179,7 @@ export class AiSdkModel implements DocumentModel {
       // No status, or one whose body broke off: the connection failed (refused, reset, cut short).
       return ApplicationFailure.create({
         type: FailureType.TransientModelError,
-        message: `${this.what}: request failed (${describeCauses(err)}); will retry`,
+        message: `${this.what}: request failed (${describeCauses(err)})`,
       });
     }
     if (status < 300) {

@@ -485,8 +485,12 @@ function printTally(progress: BatchProgress, rejected: number, print: (line: str
     .join('; ');
   print(`Steps: ${steps}.`);
   print(
-    `Model usage: ${tally.inputTokens}/${tally.outputTokens} tok, ${formatCost(tally.costUsd)} in total; ` +
-      `${tally.memoised} answer(s) reused from the memo.`,
+    `Model usage: ${tally.inputTokens}/${tally.outputTokens} tok, ${formatCost(tally.costUsd)} for the documents ` +
+      `that finished; ${tally.memoised} answer(s) reused from the memo.` +
+      (tally.failed > 0
+        ? " Failed documents' paid steps are not in that sum: the worker's pipeline_model_* metrics count every " +
+          'paid call, and a resubmission reuses those answers.'
+        : ''),
   );
   if (progress.unlistedFailures > 0) {
     print(

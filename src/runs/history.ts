@@ -32,6 +32,8 @@ export interface StepReport {
   memoised: boolean;
   /** Model steps: tokens in/out from the provider's usage fields, as recorded in the step's result. */
   usage: { inputTokens: number; outputTokens: number } | undefined;
+  /** Model steps: tokens of paid answers the step refused before the one it kept. */
+  rejectedUsage: { inputTokens: number; outputTokens: number } | undefined;
   /** Model steps: estimated cost in US dollars; null when the model has no price. */
   estimatedCostUsd: number | null | undefined;
 }
@@ -47,6 +49,7 @@ const ResultFlagsSchema = z.object({
   memoised: z.boolean().optional(),
   idempotencyKey: z.string().optional(),
   usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
+  rejectedUsage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
   estimatedCostUsd: z.number().nullable().optional(),
 });
 
@@ -110,6 +113,7 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
       if (flags.success) {
         report.memoised = flags.data.memoised ?? false;
         report.usage = flags.data.usage;
+        report.rejectedUsage = flags.data.rejectedUsage;
         report.estimatedCostUsd = flags.data.estimatedCostUsd;
         report.idempotencyKey = flags.data.idempotencyKey ?? report.idempotencyKey;
       }
@@ -169,6 +173,7 @@ function notStarted(step: StepName): StepReport {
     doneEarlier: false,
     memoised: false,
     usage: undefined,
+    rejectedUsage: undefined,
     estimatedCostUsd: undefined,
   };
 }

@@ -89,7 +89,7 @@ export function printOutcomes(
       document: o.title,
       status: statusCell(o),
       model: o.result ? cut(modelName(o.result.summary.model), 28) : '-',
-      cost: o.result ? describeUsage(modelStepResults(o.result)) : '-',
+      cost: describeUsage(paidSteps(o)),
       tags: o.result ? o.result.tags.tags.join(', ') : '-',
       steps: cut(steps, columns - 4),
     };
@@ -160,8 +160,12 @@ export function printOutcomes(
             '`npm run deliveries` instead of being sent twice.',
     );
   }
-  const steps = outcomes.flatMap((o) => (o.result ? modelStepResults(o.result) : []));
-  print(`Model usage: ${describeUsage(steps)} in total, each answer counted once (memoised ones included).`);
+  const steps = outcomes.flatMap(paidSteps);
+  const failedPaid = count('failed') > 0 ? ", failed documents' paid steps included" : '';
+  print(
+    `Model usage: ${describeUsage(steps)} in total${failedPaid}, each answer counted once (memoised ones ` +
+      'included).',
+  );
   print(summarizeReports(reports));
   const earlier = outcomes.filter(producedEarlier);
   if (earlier.length > 0) {
@@ -182,8 +186,23 @@ export function printOutcomes(
   }
 }
 
+/**
+ * The model steps a document paid for: its result's, or, for a failed document, those its history recorded as
+ * done (a document that failed at tag has paid for its summary).
+ */
+function paidSteps(outcome: DocumentOutcome): UsageOfStep[] {
+  if (outcome.result !== undefined) return modelStepResults(outcome.result);
+  return (outcome.report?.steps ?? []).flatMap((s) =>
+    s.status === 'completed' && s.usage !== undefined
+      ? [{ usage: s.usage, rejectedUsage: s.rejectedUsage, estimatedCostUsd: s.estimatedCostUsd ?? null }]
+      : [],
+  );
+}
+
+type UsageOfStep = Pick<ModelStepFields, 'usage' | 'rejectedUsage' | 'estimatedCostUsd'>;
+
 /** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`. */
-export function describeUsage(steps: readonly ModelStepFields[]): string {
+export function describeUsage(steps: readonly UsageOfStep[]): string {
   const total = totalUsage(steps);
   return `${total.inputTokens}/${total.outputTokens} tok, ${formatCost(total.costUsd)}`;
 }

@@ -40,7 +40,13 @@ export function startWorkerProcess(
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`worker process not ready after ${readyTimeoutMs} ms:\n${output}`));
+      // Silence this long is starvation (a machine too busy to load the worker), not a bug in the worker.
+      reject(
+        new Error(
+          `worker process not ready after ${readyTimeoutMs} ms: the machine was starved or the worker hung; ` +
+            `what it printed:\n${output || '(nothing)'}`,
+        ),
+      );
     }, readyTimeoutMs);
     const onData = (): void => {
       const ready = /^Worker (\S+) polling/m.exec(output);
