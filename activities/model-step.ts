@@ -43,6 +43,8 @@ const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_MAX_PROVIDER_ERRORS = 6;
 /** How often a waiting attempt looks at the memo again while another owns the claim. */
 const WAIT_POLL_MS = 1_000;
+/** Pause between tries to store a paid answer while the memo's database is out. */
+const STORE_RETRY_MS = 1_000;
 
 /** Usage a model client attaches to a failure when the provider answered (and was paid) but the answer was refused. */
 const PaidFailureDetailsSchema = z.object({ paidUsage: UsageSchema });
@@ -193,7 +195,9 @@ export async function askOnce<T>(
       await sleep(WAIT_POLL_MS, undefined, { signal });
       continue;
     }
-    // Renewed as often as the heartbeat: a stalled owner's claim then outlives the stall by nearly the whole lease.
+    // Renewed as often as the heartbeat, until the answer is stored: a stalled owner's claim then outlives the stall
+    // by nearly the whole lease, and a database outage while the answer is stored does not let the claim lapse.
+    let renewFailed = false;
     const renewal = setInterval(
       () => {
         memo.renew(memoKey, owner, memoLeaseMs).then(
@@ -201,23 +205,48 @@ export async function askOnce<T>(
             if (!held)
               log.warn('Lost the memo claim while calling the model (stalled past the lease)', { memoKey });
           },
-          (err: unknown) => log.warn('Could not renew the memo claim', { memoKey, error: String(err) }),
+          (err: unknown) => {
+            if (!renewFailed) log.warn('Could not renew the memo claim', { memoKey, error: String(err) });
+            renewFailed = true;
+          },
         );
       },
       Math.min(memoLeaseMs / 3, HEARTBEAT_EVERY_MS),
     );
-    let answer: ModelAnswer<T>;
     try {
-      answer = await ask(claim.rejected.at(-1)?.error);
-    } catch (err) {
-      throw await releaseAfter(err);
+      let answer: ModelAnswer<T>;
+      try {
+        answer = await ask(claim.rejected.at(-1)?.error);
+      } catch (err) {
+        throw await releaseAfter(err);
+      }
+      const mine: StoredAnswer = { value: answer.value, usage: answer.usage, model: model.info };
+      // Another attempt may have stored first (this one stalled past its lease): the stored answer is returned.
+      const stored = await storeAnswer(mine);
+      return fromMemo(stored, stored !== mine, claim.rejected);
     } finally {
       clearInterval(renewal);
     }
-    const mine: StoredAnswer = { value: answer.value, usage: answer.usage, model: model.info };
-    // Another attempt may have stored first (this one stalled past its lease): the stored answer is returned.
-    const stored = await memo.complete(memoKey, mine);
-    return fromMemo(stored, stored !== mine, claim.rejected);
+  }
+
+  /**
+   * Stores a paid answer, trying again through a database outage for as long as the attempt lives: an answer
+   * dropped here would be paid for again by the next attempt.
+   */
+  async function storeAnswer(mine: StoredAnswer): Promise<StoredAnswer> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await memo.complete(memoKey, mine);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        if (tries === 1)
+          log.warn('Could not store the paid model answer; trying again until the attempt ends', {
+            memoKey,
+            error: String(err),
+          });
+        await sleep(STORE_RETRY_MS);
+      }
+    }
   }
 
   function fromMemo(stored: StoredAnswer, memoised: boolean, rejected: RejectedAnswer[]): ModelStepAnswer<T> {

@@ -1,6 +1,5 @@
 import { z } from 'zod';
 import type { Pool } from '../lib/postgres';
-import { inTransaction } from '../lib/postgres';
 import { decideClaim, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
 
@@ -22,7 +21,7 @@ export class PostgresAnswerMemo implements AnswerMemo {
   constructor(private readonly pool: Pool) {}
 
   async claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim> {
-    return inTransaction(this.pool, async (db): Promise<Claim> => {
+    return this.pool.transaction(async (db): Promise<Claim> => {
       // Creates the row if missing, then locks it: concurrent claimers of one key take turns from here.
       await db.query(
         `INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id)

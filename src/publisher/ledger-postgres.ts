@@ -1,5 +1,4 @@
 import type { Pool } from '../lib/postgres';
-import { inTransaction } from '../lib/postgres';
 import { claimFromRow, ledgerEntry } from './ledger';
 import type { DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';
@@ -15,7 +14,7 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     delivery: { idempotencyKey: string; workflowId: string; documentId: string },
     owner: string,
   ): Promise<LedgerClaim> {
-    return inTransaction(this.pool, async (db): Promise<LedgerClaim> => {
+    return this.pool.transaction(async (db): Promise<LedgerClaim> => {
       await db.query(
         `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, state, attempts)
          VALUES ($1, $2, $3, 'unsent', 0) ON CONFLICT (idempotency_key) DO NOTHING`,
@@ -25,7 +24,7 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
         `SELECT ${COLUMNS} FROM delivery_ledger WHERE idempotency_key = $1 FOR UPDATE`,
         [delivery.idempotencyKey],
       );
-      const claim = claimFromRow(found.rows[0]);
+      const claim = claimFromRow(found.rows[0], owner);
       if (claim !== 'take') return claim;
       await db.query(
         `UPDATE delivery_ledger SET state = 'claimed', owner = $2, attempts = attempts + 1, updated_at = now()

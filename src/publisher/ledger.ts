@@ -88,15 +88,18 @@ export function ledgerEntry(row: unknown): LedgerEntry {
   };
 }
 
-/** What a claim finds, from the row the key has (if any); both backends decide here. */
-export function claimFromRow(row: unknown): LedgerClaim | 'take' {
+/**
+ * What a claim finds, from the row the key has (if any); both backends decide here. A row claimed by `owner`
+ * itself is this attempt's own claim, whose COMMIT went unanswered and was repeated: nothing was sent under it.
+ */
+export function claimFromRow(row: unknown, owner: string): LedgerClaim | 'take' {
   if (row === undefined) return 'take';
   const r: Row = RowSchema.parse(row);
   if (r.state === 'delivered') {
     const receipt = typeof r.receipt === 'string' ? (JSON.parse(r.receipt) as unknown) : r.receipt;
     return { kind: 'delivered', receipt: ReceiptRecordSchema.parse(receipt) };
   }
-  if (r.state === 'unsent') return 'take';
+  if (r.state === 'unsent' || r.owner === owner) return 'take';
   return { kind: 'open', entry: ledgerEntry(row) };
 }
 
@@ -133,7 +136,7 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
       const found = this.db
         .prepare(`SELECT ${COLUMNS} FROM delivery_ledger WHERE idempotency_key = ?`)
         .get(delivery.idempotencyKey);
-      const claim = claimFromRow(found);
+      const claim = claimFromRow(found, owner);
       if (claim !== 'take') return claim;
       this.db
         .prepare(

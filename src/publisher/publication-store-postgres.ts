@@ -1,6 +1,5 @@
 import { z } from 'zod';
 import type { Pool } from '../lib/postgres';
-import { inTransaction } from '../lib/postgres';
 import {
   currentPublicationOf,
   decidePublication,
@@ -18,7 +17,7 @@ export class PostgresPublicationStore implements PublicationStore {
   constructor(private readonly pool: Pool) {}
 
   async publish(publication: Publication, idempotencyKey: string): Promise<Receipt> {
-    return inTransaction(this.pool, async (db) => {
+    return this.pool.transaction(async (db) => {
       // One document's deliveries take turns: the lock is held until commit, so a race on a key or on the next
       // revision number resolves as it would one after the other.
       await db.query('SELECT pg_advisory_xact_lock(hashtext($1))', [publication.documentId]);
