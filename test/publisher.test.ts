@@ -445,20 +445,104 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
     });
   }
 
-  it('retries a 409 ("key in use"), and the retry sends it again', async () => {
+  it('a 409 ("key in use") proves nothing, so the claim stays open: a receiver that dedupes gets it again', async () => {
     const receiver = await forgetfulReceiver({ lose: 0, status: (n) => (n === 1 ? 409 : 201) });
     const ledger = scratchLedger(defer);
-    const publisher = webhookPublisher(defer, receiver.url, { ledger });
+    const publisher = webhookPublisher(defer, receiver.url, { ledger, policy: 'resend' });
     const doc = publication();
 
     await assert.rejects(
       publisher.publish(doc, 'run-1:publish', NO_ABORT),
       retryable(FailureType.TransientPublishError, (err) => assert.match(err.message, /HTTP 409/)),
     );
-    assert.deepEqual(await ledger.openClaims(), [], 'a 409 left the claim open');
+    assert.deepEqual(
+      (await ledger.openClaims()).map((e) => e.lastError),
+      ['HTTP 409'],
+      'a 409 settled the claim',
+    );
     await publisher.publish(doc, 'run-1:publish', NO_ABORT);
     assert.deepEqual(receiver.effects, ['run-1:publish']);
     assert.equal(receiver.requests(), 2);
+  });
+
+  for (const status of [502, 504]) {
+    it(`a gateway's ${status} after the origin applied the POST publishes once: the claim stays open and the retry holds`, async () => {
+      // The origin applies every POST (it ignores keys); the gateway in front answers the first one with an error.
+      const effects: string[] = [];
+      const url = await scriptedServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          effects.push(String(req.headers['idempotency-key']));
+          res.writeHead(effects.length === 1 ? status : 201, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ revision: 1 }));
+        });
+      });
+      for (const policy of ['auto', 'hold'] as const) {
+        effects.length = 0;
+        const ledger = scratchLedger(defer);
+        const publisher = webhookPublisher(defer, url, { ledger, policy });
+        const key = `run-${policy}:publish`;
+        await assert.rejects(
+          publisher.publish(publication(), key, NO_ABORT),
+          retryable(FailureType.TransientPublishError, (err) =>
+            assert.match(err.message, new RegExp(`HTTP ${status}`)),
+          ),
+        );
+        await assert.rejects(
+          publisher.publish(publication(), key, NO_ABORT),
+          retryable(FailureType.DeliveryHeld),
+          `${policy}: the retry was not held`,
+        );
+        assert.deepEqual(effects, [key], `${policy}: posted again after a ${status}`);
+      }
+    });
+  }
+
+  for (const status of [301, 302, 307, 308]) {
+    it(`never follows a ${status}: nothing is sent to the Location, and the step fails naming it`, async () => {
+      let elsewhere = 0;
+      const other = await scriptedServer((req, res) => {
+        elsewhere += 1;
+        req.resume();
+        res.writeHead(201, { 'idempotency-key': String(req.headers['idempotency-key']) }).end('{}');
+      });
+      const url = await scriptedServer((req, res) => {
+        req.resume();
+        res.writeHead(status, { location: `${other}?token=secret` }).end();
+      });
+      const ledger = scratchLedger(defer);
+      await assert.rejects(
+        webhookPublisher(defer, url, { ledger }).publish(publication(), 'run-1:publish', NO_ABORT),
+        (err) => {
+          assert.ok(err instanceof ApplicationFailure, String(err));
+          assert.equal(err.type, FailureType.PublishRejected);
+          assert.equal(err.nonRetryable, true);
+          assert.match(
+            err.message,
+            new RegExp(`HTTP ${status}, redirecting to ${other.replace(/[/.]/g, '\\$&')};`),
+          );
+          assert.doesNotMatch(err.message, /secret/);
+          return true;
+        },
+      );
+      assert.equal(elsewhere, 0, 'the signed POST (or a GET) went to the Location');
+      assert.deepEqual(await ledger.openClaims(), [], 'a redirect left the claim open');
+    });
+  }
+
+  it("trusts an echo only from the receiver that gave it: another receiver's lost answer is held, not sent again", async () => {
+    const ledger = scratchLedger(defer);
+    const echoing = await forgetfulReceiver({ lose: 0, honoursKeys: true });
+    await webhookPublisher(defer, echoing.url, { ledger }).publish(publication(), 'run-1:publish', NO_ABORT);
+    // A second receiver on the same ledger: it ignores keys, and its first answer is lost.
+    const other = await forgetfulReceiver({ lose: 1 });
+    const publisher = webhookPublisher(defer, other.url, { ledger, timeoutMs: 2_000 });
+    await assert.rejects(publisher.publish(publication(), 'run-2:publish', NO_ABORT));
+    await assert.rejects(
+      publisher.publish(publication(), 'run-2:publish', NO_ABORT),
+      retryable(FailureType.DeliveryHeld),
+    );
+    assert.deepEqual(other.effects, ['run-2:publish']);
   });
 
   it('a refused connection is known not to have arrived: the claim is not left open', async () => {

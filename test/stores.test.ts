@@ -32,6 +32,8 @@ import { cleanupAfterAll, scratchDir } from './scratch';
 import { freshDatabase, freshSchema } from './postgres';
 
 const defer = cleanupAfterAll();
+/** A receiver's origin, as the webhook publisher records it. */
+const RECEIVER = 'https://receiver.example';
 
 /** The four stores on one empty location. */
 interface OpenStores {
@@ -415,7 +417,7 @@ function storeContract(backend: Backend): void {
       it('answers from the receipt once delivered', async () => {
         const d = delivery();
         await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(d.idempotencyKey, receipt, false);
+        await stores.ledger.delivered(d.idempotencyKey, receipt, undefined);
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-2'), { kind: 'delivered', receipt });
       });
 
@@ -439,7 +441,7 @@ function storeContract(backend: Backend): void {
       it('lists the claims nobody recorded an answer for, and only those', async () => {
         const [open, delivered, unsent] = [delivery(), delivery(), delivery()];
         for (const d of [open, delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, true);
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, RECEIVER);
         await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
         const claims = await stores.ledger.openClaims();
         assert.deepEqual(
@@ -461,7 +463,7 @@ function storeContract(backend: Backend): void {
       it('refuses a verdict for a key without an open claim', async () => {
         const [delivered, unsent] = [delivery(), delivery()];
         for (const d of [delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, false);
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, undefined);
         await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
         for (const key of [delivered.idempotencyKey, unsent.idempotencyKey, 'never-claimed']) {
           assert.equal(await stores.ledger.resolve(key, 'unsent'), false, `resolved ${key}`);
@@ -470,15 +472,30 @@ function storeContract(backend: Backend): void {
         assert.deepEqual(await stores.ledger.claim(delivered, 'attempt-2'), { kind: 'delivered', receipt });
       });
 
-      it('trusts the receiver to honour keys only once it echoed one', async () => {
+      it('trusts a receiver to honour keys only once it echoed one, and only that receiver', async () => {
         const [unechoed, echoed] = [delivery(), delivery()];
-        assert.equal(await stores.ledger.receiverHonoursKeys(), false);
+        assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), false);
         await stores.ledger.claim(unechoed, 'attempt-1');
-        await stores.ledger.delivered(unechoed.idempotencyKey, receipt, false);
-        assert.equal(await stores.ledger.receiverHonoursKeys(), false);
+        await stores.ledger.delivered(unechoed.idempotencyKey, receipt, undefined);
+        assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), false);
         await stores.ledger.claim(echoed, 'attempt-1');
-        await stores.ledger.delivered(echoed.idempotencyKey, receipt, true);
-        assert.equal(await stores.ledger.receiverHonoursKeys(), true);
+        await stores.ledger.delivered(echoed.idempotencyKey, receipt, RECEIVER);
+        assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), true);
+        assert.equal(await stores.ledger.receiverHonoursKeys('https://another-receiver.example'), false);
+      });
+
+      it('keeps a claim open through an answer that proves nothing, with that answer noted', async () => {
+        const d = delivery();
+        await stores.ledger.claim(d, 'attempt-1');
+        await stores.ledger.note(d.idempotencyKey, 'HTTP 504');
+        const entry = openEntry(await stores.ledger.claim(d, 'attempt-2'));
+        assert.deepEqual([entry.state, entry.lastError], ['claimed', 'HTTP 504']);
+      });
+
+      it('takes its own claim again when the COMMIT of it went unanswered and the claim was repeated', async () => {
+        const d = delivery();
+        assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
+        assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
       });
 
       it("sweeps old settled deliveries of closed workflows, never open claims or open workflows' rows", async () => {
@@ -490,9 +507,9 @@ function storeContract(backend: Backend): void {
         ];
         for (const d of [stillOpen, delivered, unsent, ofOpenWorkflow])
           await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, false);
+        await stores.ledger.delivered(delivered.idempotencyKey, receipt, undefined);
         await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
-        await stores.ledger.delivered(ofOpenWorkflow.idempotencyKey, receipt, false);
+        await stores.ledger.delivered(ofOpenWorkflow.idempotencyKey, receipt, undefined);
         const open = new Set([ofOpenWorkflow.workflowId]);
         assert.equal(await stores.ledger.sweep(nothingOld(), open), 0, 'a recent delivery was swept');
         assert.equal(await stores.ledger.sweep(everythingOld(), open), 2);
@@ -645,9 +662,12 @@ describe('PostgreSQL migrations', () => {
     return result.rows[0]?.found === true;
   }
 
-  it('records version 1 when it prepares a database', async () => {
+  it('records every version when it prepares a database', async () => {
     const pool = await opened(await freshDatabase(defer));
-    assert.deepEqual(await versions(pool), [1]);
+    assert.deepEqual(
+      await versions(pool),
+      POSTGRES_MIGRATIONS.map((m) => m.version),
+    );
   });
 
   it('applies each migration once, however many processes open the database together', async () => {

@@ -127,7 +127,11 @@ async function seedRun(stores: Stores, kind: 'open' | 'closed'): Promise<SeededR
     (await stores.ledger.claim({ idempotencyKey: settledKey, workflowId, documentId }, 'seed')).kind,
     'fresh',
   );
-  await stores.ledger.delivered(settledKey, { documentId, revision: 1, duplicate: false }, true);
+  await stores.ledger.delivered(
+    settledKey,
+    { documentId, revision: 1, duplicate: false },
+    'http://127.0.0.1:1',
+  );
   if (kind === 'closed') await handle.terminate('closed for the sweep test');
   await untilListed(workflowId, kind === 'open');
   return { workflowId, documentId, blobRef, memoRequest, settledKey };

@@ -45,7 +45,10 @@ export interface PostOptions {
   bodyHeaders?: (body: string) => Record<string, string>;
 }
 
-/** POSTs JSON; a connection error or timeout becomes a retryable ApplicationFailure naming the system. */
+/**
+ * POSTs JSON, following no redirect; a connection error or timeout becomes a retryable ApplicationFailure naming
+ * the system.
+ */
 export async function postJson(url: string, body: unknown, options: PostOptions): Promise<HttpAnswer> {
   const timeout = AbortSignal.timeout(options.timeoutMs);
   const text = JSON.stringify(body);
@@ -54,6 +57,9 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
       method: 'POST',
       headers: { 'content-type': 'application/json', ...options.headers, ...options.bodyHeaders?.(text) },
       body: text,
+      // Never followed: a 301/302 would turn the POST into a GET, a 307 would send the body (and its signature)
+      // wherever Location names. The caller sees the 3xx itself.
+      redirect: 'manual',
       signal: AbortSignal.any([timeout, options.signal]),
     });
     return {

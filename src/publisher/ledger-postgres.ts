@@ -43,11 +43,18 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     );
   }
 
-  async delivered(idempotencyKey: string, receipt: Receipt, echoedKey: boolean): Promise<void> {
+  async delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void> {
     await this.pool.query(
-      `UPDATE delivery_ledger SET state = 'delivered', receipt = $2, receiver_echoed_key = $3, last_error = NULL,
-         updated_at = now() WHERE idempotency_key = $1`,
-      [idempotencyKey, JSON.stringify(receipt), echoedKey],
+      `UPDATE delivery_ledger SET state = 'delivered', receipt = $2, receiver_echoed_key = $3, echoed_by = $4,
+         last_error = NULL, updated_at = now() WHERE idempotency_key = $1`,
+      [idempotencyKey, JSON.stringify(receipt), echoedBy !== undefined, echoedBy ?? null],
+    );
+  }
+
+  async note(idempotencyKey: string, error: string): Promise<void> {
+    await this.pool.query(
+      `UPDATE delivery_ledger SET last_error = $2, updated_at = now() WHERE idempotency_key = $1 AND state = 'claimed'`,
+      [idempotencyKey, error],
     );
   }
 
@@ -82,8 +89,11 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     return result.rowCount === 1;
   }
 
-  async receiverHonoursKeys(): Promise<boolean> {
-    const result = await this.pool.query('SELECT 1 FROM delivery_ledger WHERE receiver_echoed_key LIMIT 1');
+  async receiverHonoursKeys(origin: string): Promise<boolean> {
+    const result = await this.pool.query(
+      'SELECT 1 FROM delivery_ledger WHERE receiver_echoed_key AND echoed_by = $1 LIMIT 1',
+      [origin],
+    );
     return result.rows.length > 0;
   }
 

@@ -45,16 +45,24 @@ export interface DeliveryLedger {
   ): Promise<LedgerClaim>;
   /** Takes an open claim over, to POST again (the receiver dedupes, or an operator said it never arrived). */
   retake(idempotencyKey: string, owner: string): Promise<void>;
-  /** Records the receiver's receipt, and whether it echoed the key (a receiver that honours keys does). */
-  delivered(idempotencyKey: string, receipt: Receipt, echoedKey: boolean): Promise<void>;
+  /**
+   * Records the receiver's receipt and, when it echoed the key (a receiver that honours keys does), the origin
+   * that did: what a receiver has shown belongs to that receiver.
+   */
+  delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void>;
+  /** Records an answer that proved nothing (a 5xx, a 429) on a claim that stays open, for the operator to see. */
+  note(idempotencyKey: string, error: string): Promise<void>;
   /** Records that the attempt provably did not land (the receiver refused the connection or answered an error). */
   unsent(idempotencyKey: string, error: string): Promise<void>;
   /** Claims left open: deliveries nobody knows the fate of, for an operator to reconcile. */
   openClaims(): Promise<LedgerEntry[]>;
   /** An operator's verdict on an open claim after checking the receiver; false when the key has no open claim. */
   resolve(idempotencyKey: string, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean>;
-  /** True once the receiver has echoed an Idempotency-Key: it dedupes, so re-sending an open claim is safe. */
-  receiverHonoursKeys(): Promise<boolean>;
+  /**
+   * True once the receiver at `origin` has echoed an Idempotency-Key: it dedupes, so re-sending an open claim to
+   * it is safe. Another receiver's echo says nothing about this one.
+   */
+  receiverHonoursKeys(origin: string): Promise<boolean>;
   /** Deletes settled entries untouched since `before` whose workflow is not open; returns how many. */
   sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number>;
   close(): Promise<void>;
@@ -121,10 +129,20 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
       attempts INTEGER NOT NULL DEFAULT 0,
       receipt TEXT,
       receiver_echoed_key INTEGER,
+      echoed_by TEXT,
       last_error TEXT,
       created_at INTEGER NOT NULL,
       updated_at INTEGER NOT NULL
     )`);
+    // Files made before the echo was recorded per receiver: their echoes name no receiver, so none is trusted.
+    const addEchoedBy = this.db.transaction(() => {
+      const columns = z
+        .array(z.object({ name: z.string() }))
+        .parse(this.db.pragma('table_info(delivery_ledger)'));
+      if (!columns.some((c) => c.name === 'echoed_by'))
+        this.db.exec('ALTER TABLE delivery_ledger ADD COLUMN echoed_by TEXT');
+    });
+    addEchoedBy.immediate();
   }
 
   async claim(
@@ -161,14 +179,28 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
     return;
   }
 
-  async delivered(idempotencyKey: string, receipt: Receipt, echoedKey: boolean): Promise<void> {
+  async delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void> {
     this.db
       .prepare(
-        `UPDATE delivery_ledger SET state = 'delivered', receipt = ?, receiver_echoed_key = ?, last_error = NULL,
-           updated_at = ? WHERE idempotency_key = ?`,
+        `UPDATE delivery_ledger SET state = 'delivered', receipt = ?, receiver_echoed_key = ?, echoed_by = ?,
+           last_error = NULL, updated_at = ? WHERE idempotency_key = ?`,
       )
-      .run(JSON.stringify(receipt), echoedKey ? 1 : 0, Date.now(), idempotencyKey);
+      .run(
+        JSON.stringify(receipt),
+        echoedBy !== undefined ? 1 : 0,
+        echoedBy ?? null,
+        Date.now(),
+        idempotencyKey,
+      );
     return;
+  }
+
+  async note(idempotencyKey: string, error: string): Promise<void> {
+    this.db
+      .prepare(
+        `UPDATE delivery_ledger SET last_error = ?, updated_at = ? WHERE idempotency_key = ? AND state = 'claimed'`,
+      )
+      .run(error, Date.now(), idempotencyKey);
   }
 
   async unsent(idempotencyKey: string, error: string): Promise<void> {
@@ -206,10 +238,10 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
     return result.changes === 1;
   }
 
-  async receiverHonoursKeys(): Promise<boolean> {
+  async receiverHonoursKeys(origin: string): Promise<boolean> {
     const row = this.db
-      .prepare('SELECT 1 AS yes FROM delivery_ledger WHERE receiver_echoed_key = 1 LIMIT 1')
-      .get();
+      .prepare('SELECT 1 AS yes FROM delivery_ledger WHERE receiver_echoed_key = 1 AND echoed_by = ? LIMIT 1')
+      .get(origin);
     return row !== undefined;
   }
 

@@ -1,12 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import {
-  excerpt,
-  failedBeforeSending,
-  isRetryableStatus,
-  postJson,
-  transientStatusFailure,
-} from '../lib/http';
+import { excerpt, failedBeforeSending, postJson, transientStatusFailure } from '../lib/http';
 import { FailureType, workflowIdFor } from '../contract';
 import { claimantName } from '../lib/claimant';
 import { inSpan } from '../telemetry/spans';
@@ -48,11 +42,14 @@ export interface WebhookOptions {
 export class WebhookPublisher implements Publisher {
   readonly kind = 'webhook';
   private readonly what: string;
+  /** The receiver's origin: what it has shown (that it echoes keys) is recorded under it. */
+  private readonly origin: string;
   private readonly sign: ReturnType<typeof signer> | undefined;
 
   constructor(private readonly options: WebhookOptions) {
     // Only the origin: webhook URLs often carry a token in the path, and messages land in histories and logs.
-    this.what = `publish webhook at ${new URL(options.url).origin}`;
+    this.origin = new URL(options.url).origin;
+    this.what = `publish webhook at ${this.origin}`;
     this.sign = options.secret === undefined ? undefined : signer(options.secret);
   }
 
@@ -88,7 +85,7 @@ export class WebhookPublisher implements Publisher {
 
   private async resendOpenClaims(): Promise<boolean> {
     const { openClaimPolicy, ledger } = this.options;
-    if (openClaimPolicy === 'auto') return ledger.receiverHonoursKeys();
+    if (openClaimPolicy === 'auto') return ledger.receiverHonoursKeys(this.origin);
     return openClaimPolicy === 'resend';
   }
 
@@ -141,14 +138,29 @@ export class WebhookPublisher implements Publisher {
       const echoed =
         answer.headers.get('idempotency-key') === idempotencyKey ||
         (body.success && body.data.idempotencyKey === idempotencyKey);
-      await ledger.delivered(idempotencyKey, receipt, echoed);
+      await ledger.delivered(idempotencyKey, receipt, echoed ? this.origin : undefined);
       return { ...receipt, receiverHonoursKey: echoed };
     }
-    // The receiver answered with an error: it did not take the publication, so sending again is safe.
-    await ledger.unsent(idempotencyKey, `HTTP ${answer.status}`);
-    if (isRetryableStatus(answer.status) || answer.status === 409) {
+    if (answer.status >= 300 && answer.status < 400) {
+      // Nothing was published here, and following would be worse: a configuration to fix, not a fault to retry.
+      await ledger.unsent(idempotencyKey, `HTTP ${answer.status} redirect`);
+      throw ApplicationFailure.create({
+        type: FailureType.PublishRejected,
+        nonRetryable: true,
+        message:
+          `${what} answered HTTP ${answer.status}, redirecting to ${shownLocation(answer.headers.get('location'))}; ` +
+          'a webhook is never followed to another address with its signed body: set PUBLISH_WEBHOOK_URL to the ' +
+          'address that takes the POST itself, then submit the document again',
+      });
+    }
+    if (!provesNotApplied(answer.status)) {
+      // A 5xx (a gateway answering for an origin that may have applied the POST), 408, 409, 425 or 429 proves
+      // nothing: the claim stays open, and the retry settles it by the open-delivery policy.
+      await ledger.note(idempotencyKey, `HTTP ${answer.status}`);
       throw transientStatusFailure(answer, what, FailureType.TransientPublishError);
     }
+    // Any other 4xx: the receiver refused the publication, so it is provably not delivered.
+    await ledger.unsent(idempotencyKey, `HTTP ${answer.status}`);
     throw ApplicationFailure.create({
       type: FailureType.PublishRejected,
       nonRetryable: true,
@@ -156,6 +168,22 @@ export class WebhookPublisher implements Publisher {
         `${what} rejected the publication of "${publication.documentId}" with HTTP ${answer.status}: ` +
         `${excerpt(answer.body)}. Retrying cannot fix a 4xx: fix the receiver or PUBLISH_WEBHOOK_URL, then rerun.`,
     });
+  }
+}
+
+/** True for an answer that proves the receiver did not apply the request: a 4xx but 408, 409, 425 and 429. */
+export function provesNotApplied(status: number): boolean {
+  return status >= 400 && status < 500 && ![408, 409, 425, 429].includes(status);
+}
+
+/** A redirect's target for a message: origin and path, never the query (where tokens travel). */
+function shownLocation(location: string | null): string {
+  if (location === null || location === '') return '(no Location)';
+  try {
+    const url = new URL(location, 'http://relative.invalid');
+    return url.origin === 'http://relative.invalid' ? url.pathname : `${url.origin}${url.pathname}`;
+  } catch {
+    return '(an unreadable Location)';
   }
 }
 

@@ -72,4 +72,9 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 2,
+    name: 'the origin of the receiver that echoed a delivery key',
+    sql: `ALTER TABLE delivery_ledger ADD COLUMN echoed_by text`,
+  },
 ];
