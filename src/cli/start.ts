@@ -6,6 +6,7 @@ import { connectClient, connectWorker } from '../temporal/connection';
 import { connectOrStartTemporal, webUiLine } from '../temporal/dev-server';
 import { parseRunArgs } from './args';
 import { quietSdkLogs } from '../temporal/runtime';
+import { drainOnSignals } from '../temporal/shutdown';
 import { createPipelineWorker } from '../temporal/worker';
 
 /**
@@ -42,16 +43,15 @@ async function run(): Promise<void> {
         `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
         `state in ${stores.backend === 'postgres' ? 'PostgreSQL' : config.dataDir}`,
     );
-    // The SDK's runtime shuts the worker down on Ctrl-C (and SIGTERM); here we only say what is kept.
     const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
-    process.once('SIGINT', () => {
-      interrupted = true;
-      console.log(
-        `\nStopping once the steps under way finish (Ctrl-C again: now). Finished steps are recorded in ` +
-          `${checkpoint}; run npm start again to resume.`,
-      );
-      // A second Ctrl-C does not wait: the steps cut off rerun on the next start, the server stops on exit.
-      process.once('SIGINT', () => process.exit(130));
+    // A second Ctrl-C does not wait: the steps cut off rerun on the next start, the server stops on exit.
+    drainOnSignals(worker, {
+      announce: (line) => {
+        interrupted = true;
+        console.log(
+          `\n${line}. Finished steps are recorded in ${checkpoint}; run npm start again to resume.`,
+        );
+      },
     });
     let outcomes;
     const report = processDocuments(client, config, stores.blobs, paths, {

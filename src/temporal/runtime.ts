@@ -66,6 +66,9 @@ function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: strin
   const verbose = config.logLevel === 'debug' || config.logLevel === 'trace';
   Runtime.install({
     logger: new SdkLogger(logger),
+    // The entry points drain their workers on signals themselves (src/temporal/shutdown.ts): the SDK's hook
+    // handles one signal and leaves the next, relayed by npm and tsx, to kill the process mid-call.
+    shutdownSignals: [],
     telemetryOptions: {
       // Core's INFO lines are per poll and per connection: useful when debugging, noise otherwise.
       logging: { filter: { core: verbose ? 'INFO' : 'WARN', other: 'ERROR' }, forward: {} },

@@ -3,6 +3,8 @@ import type { Config } from '../config';
 import { createDependencies } from '../dependencies';
 import { dataConverterFor } from './codec';
 import { configuredEndpoint, connectWorker } from './connection';
+import { logger } from '../telemetry/log';
+import { drainOnSignals } from './shutdown';
 import { createPipelineWorker } from './worker';
 import type { PipelineWorkerOptions } from './worker';
 
@@ -39,7 +41,12 @@ export async function servePipeline(
         `(namespace ${endpoint.namespace}; model ${deps.model.info.provider}/${deps.model.info.model}; ` +
         `publisher ${deps.publisher.kind}; state in ${parts.stores.backend}). Ctrl-C stops it; unfinished steps resume on the next worker.`,
     );
+    drainOnSignals(worker, {
+      announce: (line) => logger().warn(`${line}; unfinished steps resume on the next worker`),
+      note: (line) => logger().info(line),
+    });
     await worker.run();
+    logger().info(`Worker ${worker.options.identity} stopped: the steps it finished are recorded`);
   } finally {
     await parts.close();
     await connection.close();

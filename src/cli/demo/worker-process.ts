@@ -17,23 +17,49 @@ export interface WorkerProcess {
   kill(): Promise<string>;
 }
 
+/** Resolves once no process of the group `pgid` is left (polling every 50 ms). */
+async function groupGone(pgid: number): Promise<void> {
+  for (;;) {
+    try {
+      process.kill(-pgid, 0);
+    } catch {
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 /**
  * Starts `script` (the real worker by default) under node with tsx and `env` as its whole environment, and
  * waits until it polls: its `Worker <identity> polling` line. Rejects if it exits or stays silent for
- * `readyTimeoutMs`.
+ * `readyTimeoutMs`. `viaNpm` starts the documented way instead, `npm run worker` (npm, tsx and node), in a process
+ * group of its own, as a terminal or systemd runs it: signal the group with `process.kill(-child.pid)`.
  */
 export function startWorkerProcess(
   env: NodeJS.ProcessEnv,
-  { script = WORKER_SCRIPT, readyTimeoutMs = 120_000 }: { script?: string; readyTimeoutMs?: number } = {},
+  {
+    script = WORKER_SCRIPT,
+    readyTimeoutMs = 120_000,
+    viaNpm = false,
+  }: { script?: string; readyTimeoutMs?: number; viaNpm?: boolean } = {},
 ): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const options = {
     cwd: path.join(__dirname, '..', '..', '..'),
     env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+    stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'],
+  };
+  const child = viaNpm
+    ? spawn('npm', ['run', '--silent', 'worker'], { ...options, detached: true })
+    : spawn(process.execPath, ['--import', 'tsx', script], options);
   let output = '';
   const exited = new Promise<string>((resolve) => {
-    child.once('exit', (code, signal) => resolve(signal ?? `exit ${code ?? '?'}`));
+    child.once('exit', (code, signal) => {
+      const how = signal ?? `exit ${code ?? '?'}`;
+      // npm ends at once on a signal to its group; the worker under it is gone only when the whole group is.
+      if (viaNpm && child.pid !== undefined)
+        void groupGone(child.pid).then(() => resolve(`npm ${how}, group gone`));
+      else resolve(how);
+    });
   });
   child.stdout?.on('data', (c: Buffer) => (output += c.toString('utf8')));
   child.stderr?.on('data', (c: Buffer) => (output += c.toString('utf8')));
@@ -59,7 +85,10 @@ export function startWorkerProcess(
         output: () => output,
         exited,
         kill: () => {
-          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+          if (child.exitCode === null && child.signalCode === null) {
+            if (viaNpm && child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+            else child.kill('SIGKILL');
+          }
           return exited;
         },
       });
