@@ -25,6 +25,7 @@ const ROOT = path.resolve(__dirname, '..');
 /** The variable that marks this run's processes (and its databases' names); test/postgres.ts reads it too. */
 const RUN_MARKER = 'PIPELINE_TEST_RUN';
 const CONCURRENCY = 5;
+const TEST_TIMEOUT_MS = 10 * 60_000;
 /** The chaos test mostly waits on real timeouts, so it starts first and the other files fit beside it. */
 const FIRST = 'test/chaos.test.ts';
 
@@ -46,7 +47,16 @@ async function run(): Promise<void> {
   const files = testFiles(process.argv.slice(2));
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', '--test', `--test-concurrency=${CONCURRENCY}`, '--test-force-exit', ...files],
+    [
+      '--import',
+      'tsx',
+      '--test',
+      `--test-concurrency=${CONCURRENCY}`,
+      // A test that sets no timeout of its own fails after this, instead of holding its file until the deadline.
+      `--test-timeout=${TEST_TIMEOUT_MS}`,
+      '--test-force-exit',
+      ...files,
+    ],
     {
       cwd: ROOT,
       stdio: 'inherit',

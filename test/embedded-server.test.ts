@@ -161,7 +161,10 @@ describe('the embedded server', { skip: process.platform !== 'linux' && 'reads /
     const after = run.output().slice(before);
     assert.equal(code, 130, run.output());
     assert.ok(at - signalled < 6_000, `Ctrl-C took ${at - signalled} ms:\n${after}`);
-    assert.match(after, /SIGINT: stopping once the steps under way finish .* Finished steps are recorded in /);
+    assert.match(
+      after,
+      /SIGINT: stopping once the steps under way finish .* Finished steps are recorded in /,
+    );
     assert.doesNotMatch(after, /WARN|TransportError|grpc|Error:/i, after);
     assert.deepEqual(serversOf(config.paths.temporal), [], 'the embedded server is still running');
   });

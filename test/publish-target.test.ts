@@ -6,6 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
@@ -403,3 +404,88 @@ function silenceConsoleError(): { lines: string[]; restore(): void } {
   console.error = (...args: unknown[]) => void lines.push(args.map(String).join(' '));
   return { lines, restore: () => void (console.error = original) };
 }
+
+describe('publish target: refusing early', () => {
+  /** Sends the head of a POST with these headers, announces a body of `length` bytes and sends none of it. */
+  function headOnly(
+    url: string,
+    headers: Record<string, string>,
+    length: number,
+  ): Promise<Answer | 'no answer'> {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve) => {
+      const socket = net.connect(Number(port), hostname);
+      let raw = '';
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve('no answer');
+      }, 3_000);
+      socket.on('data', (chunk: Buffer) => {
+        raw += chunk.toString('utf8');
+        const status = /^HTTP\/1\.1 (\d{3})/.exec(raw);
+        if (status?.[1] !== undefined && raw.includes('\r\n\r\n')) {
+          clearTimeout(timer);
+          socket.destroy();
+          resolve({ status: Number(status[1]), body: raw.slice(raw.indexOf('\r\n\r\n') + 4) });
+        }
+      });
+      socket.on('error', () => undefined);
+      const lines = Object.entries({
+        host: `${hostname}:${port}`,
+        'content-length': String(length),
+        ...headers,
+      });
+      socket.write(
+        `POST /publications HTTP/1.1\r\n${lines.map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`,
+      );
+    });
+  }
+
+  it(
+    'refuses an unsigned, replayed or re-keyed request from its headers, before any of its body arrives',
+    { timeout: 30_000 },
+    async () => {
+      const secret = newSecret();
+      const { url, store } = await target({ secret });
+      const signed = signer(secret)('k1', '{}');
+      const cases: [string, Record<string, string>][] = [
+        ['unsigned', { 'idempotency-key': 'k1' }],
+        ['too old', { 'idempotency-key': 'k1', ...signer(secret)('k1', '{}', Date.now() - 3_600_000) }],
+        ['re-keyed', { 'idempotency-key': 'k2', ...signed }],
+      ];
+      for (const [what, headers] of cases) {
+        const answer = await headOnly(url, headers, 500_000);
+        assert.ok(answer !== 'no answer', `${what}: the receiver waited for the body before refusing`);
+        assert.equal(answer.status, 401, `${what}: ${answer.body}`);
+      }
+      assert.deepEqual(await written(store), []);
+    },
+  );
+
+  it(
+    'closes connections past its cap, and a request whose headers never end',
+    { timeout: 30_000 },
+    async () => {
+      const { url } = await target({ maxConnections: 3, headersTimeoutMs: 500, requestTimeoutMs: 1_000 });
+      const { hostname, port } = new URL(url);
+      const open = (): Promise<{ socket: net.Socket; closed: Promise<number> }> =>
+        new Promise((resolve) => {
+          const started = Date.now();
+          const socket = net.connect(Number(port), hostname, () =>
+            resolve({
+              socket,
+              closed: new Promise((done) => socket.once('close', () => done(Date.now() - started))),
+            }),
+          );
+          socket.on('error', () => undefined);
+          socket.resume(); // read what comes (a 408), so the end of the stream, and the close, are seen
+        });
+      const held = [await open(), await open(), await open()];
+      for (const { socket } of held) socket.write('POST /publications HTTP/1.1\r\nhost: x\r\n'); // never finished
+      const extra = await open();
+      assert.ok((await extra.closed) < 1_000, 'a connection past the cap was served');
+      for (const { closed } of held)
+        assert.ok((await closed) < 5_000, 'unfinished headers held a connection');
+    },
+  );
+});

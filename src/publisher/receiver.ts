@@ -3,7 +3,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { describeIssues, PublishInputSchema } from '../contract';
 import type { PublicationStore } from './publication-store';
-import { verifier } from './signature';
+import { checkSignatureHeaders, verifier } from './signature';
 
 /** The largest body read; a publication is a few kilobytes. A longer one is answered 413 and never buffered. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -37,6 +37,11 @@ export interface ReceiverOptions {
    * time-skipping server, workflow time runs ahead of the wall clock.
    */
   scheduleSkewMs?: number;
+  /** Connections served at once (256); more are closed as they come. */
+  maxConnections?: number;
+  /** How long a client may take to send its headers (10 s), and its whole request (30 s). */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
 }
 
 /**
@@ -56,6 +61,9 @@ export async function startReceiver(
     hostnames = [],
     maxBodyBytes = MAX_BODY_BYTES,
     scheduleSkewMs = SCHEDULE_SKEW_MS,
+    maxConnections = 256,
+    headersTimeoutMs = 10_000,
+    requestTimeoutMs = 30_000,
   }: ReceiverOptions = {},
 ): Promise<Receiver> {
   if (secret === undefined && !isLoopback(host)) {
@@ -82,6 +90,22 @@ export async function startReceiver(
       reply(404, { error: 'POST /publications is the only route' });
       return;
     }
+    const key = req.headers['idempotency-key'];
+    // Everything the headers can prove is checked before a byte of the body is read: an unsigned, replayed or
+    // re-keyed request costs this receiver no buffer.
+    if (verify !== undefined) {
+      const early = checkSignatureHeaders(req.headers);
+      const refusal = !early.ok
+        ? early.reason
+        : early.id !== key
+          ? 'the webhook-id header must equal the Idempotency-Key header (the signed key)'
+          : undefined;
+      if (refusal !== undefined) {
+        reply(401, { error: refusal }, { connection: 'close' });
+        req.resume();
+        return;
+      }
+    }
     const raw = await readBody(req, maxBodyBytes);
     if (raw === 'too-large') {
       // Closing the connection stops the upload; what is still in flight is read and dropped, never kept.
@@ -89,16 +113,11 @@ export async function startReceiver(
       req.resume();
       return;
     }
-    const key = req.headers['idempotency-key'];
     if (verify !== undefined) {
+      // The signature covers webhook-id, which equals the Idempotency-Key (checked above): no replay under a new key.
       const verdict = verify(req.headers, raw);
       if (!verdict.ok) {
         reply(401, { error: verdict.reason });
-        return;
-      }
-      // The signature covers webhook-id, not Idempotency-Key: tying the two stops a replay under a fresh key.
-      if (verdict.id !== key) {
-        reply(401, { error: 'the webhook-id header must equal the Idempotency-Key header (the signed key)' });
         return;
       }
     }
@@ -143,7 +162,9 @@ export async function startReceiver(
     reply(receipt.duplicate || receipt.superseded === true ? 200 : 201, receipt, { 'idempotency-key': key });
   };
 
-  const server = http.createServer((req, res) => {
+  // Node enforces the header and request timeouts when it checks its connections (every 30 s by default).
+  const checkEveryMs = Math.min(1_000, headersTimeoutMs / 2);
+  const server = http.createServer({ connectionsCheckingInterval: checkEveryMs }, (req, res) => {
     handle(req, res).catch((err: unknown) => {
       if (req.socket.destroyed) return; // the client went away mid-request: nothing to answer
       console.error('publish target: request failed:', err);
@@ -151,6 +172,11 @@ export async function startReceiver(
       else res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal error"}');
     });
   });
+  // A sender gets 10 s to send its headers and 30 s for the whole request (Node's default is 300 s); past the cap,
+  // new connections are closed at once, so stalled uploads cannot pile up.
+  server.headersTimeout = headersTimeoutMs;
+  server.requestTimeout = requestTimeoutMs;
+  server.maxConnections = maxConnections;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, resolve);

@@ -57,6 +57,43 @@ export function signer(secret: string): (id: string, body: string, now?: number)
 export type Verdict = { ok: true; id: string } | { ok: false; reason: string };
 
 /**
+ * What can be checked of a signed request before its body is read: the three headers are there and the timestamp
+ * is within the tolerance. A receiver refuses an unsigned or replayed request this way, without buffering its body.
+ */
+export function checkSignatureHeaders(
+  headers: IncomingHttpHeaders,
+  now = Date.now(),
+): { ok: true; id: string; timestamp: string; signatures: string } | { ok: false; reason: string } {
+  const id = headerOf(headers, 'webhook-id');
+  const timestamp = headerOf(headers, 'webhook-timestamp');
+  const signatures = headerOf(headers, 'webhook-signature');
+  if (id === undefined || timestamp === undefined || signatures === undefined) {
+    const missing = Object.entries({ id, timestamp, signature: signatures })
+      .filter(([, value]) => value === undefined)
+      .map(([name]) => `webhook-${name}`);
+    return {
+      ok: false,
+      reason:
+        `the request is not signed: the ${missing.join(', ')} header${missing.length > 1 ? 's are' : ' is'} ` +
+        'missing; the sender must sign with PUBLISH_WEBHOOK_SECRET (Standard Webhooks)',
+    };
+  }
+  if (!/^\d{1,15}$/.test(timestamp)) {
+    return { ok: false, reason: 'the webhook-timestamp header must be Unix time in whole seconds' };
+  }
+  const skew = Math.abs(now / 1000 - Number(timestamp));
+  if (skew > SIGNATURE_TOLERANCE_SECONDS) {
+    return {
+      ok: false,
+      reason:
+        `the webhook-timestamp is ${Math.round(skew)} s away from this receiver's clock (at most ` +
+        `${SIGNATURE_TOLERANCE_SECONDS} s allowed): a replayed request, or a clock to fix (NTP)`,
+    };
+  }
+  return { ok: true, id, timestamp, signatures };
+}
+
+/**
  * A verifier for one secret: whether a request's headers sign exactly this body, within the tolerance. The
  * signature header may list several space-separated `v1,<sig>` entries (a sender rotating secrets); one must match.
  */
@@ -65,32 +102,9 @@ export function verifier(
 ): (headers: IncomingHttpHeaders, body: Buffer, now?: number) => Verdict {
   const key = requireKey(secret);
   return (headers, body, now = Date.now()) => {
-    const id = headerOf(headers, 'webhook-id');
-    const timestamp = headerOf(headers, 'webhook-timestamp');
-    const signatures = headerOf(headers, 'webhook-signature');
-    if (id === undefined || timestamp === undefined || signatures === undefined) {
-      const missing = Object.entries({ id, timestamp, signature: signatures })
-        .filter(([, value]) => value === undefined)
-        .map(([name]) => `webhook-${name}`);
-      return {
-        ok: false,
-        reason:
-          `the request is not signed: the ${missing.join(', ')} header${missing.length > 1 ? 's are' : ' is'} ` +
-          'missing; the sender must sign with PUBLISH_WEBHOOK_SECRET (Standard Webhooks)',
-      };
-    }
-    if (!/^\d{1,15}$/.test(timestamp)) {
-      return { ok: false, reason: 'the webhook-timestamp header must be Unix time in whole seconds' };
-    }
-    const skew = Math.abs(now / 1000 - Number(timestamp));
-    if (skew > SIGNATURE_TOLERANCE_SECONDS) {
-      return {
-        ok: false,
-        reason:
-          `the webhook-timestamp is ${Math.round(skew)} s away from this receiver's clock (at most ` +
-          `${SIGNATURE_TOLERANCE_SECONDS} s allowed): a replayed request, or a clock to fix (NTP)`,
-      };
-    }
+    const checked = checkSignatureHeaders(headers, now);
+    if (!checked.ok) return checked;
+    const { id, timestamp, signatures } = checked;
     const expected = sign(key, id, timestamp, body);
     const matches = signatures.split(' ').some((entry) => {
       const [version, encoded] = entry.split(',', 2);
