@@ -257,6 +257,36 @@ describe('collectDocuments on links in a folder', () => {
     assert.deepEqual(relativeTo(dir, documents), ['a.md']);
     assert.deepEqual(rejected, [{ source: path.join(dir, 'pipe.md'), reason: 'not a regular file' }]);
   });
+
+  it('refuses a link to a FIFO, and a FIFO named directly, without blocking on it', () => {
+    // Opening a FIFO for reading blocks until a writer comes, and would block this process's event loop: the
+    // walk runs in a child with a deadline.
+    const dir = folder({ 'a.md': 'Alpha.' });
+    const fifo = path.join(dir, 'pipe'); // no document ending: the walk skips the FIFO itself, not the link to it
+    execFileSync('mkfifo', [fifo]);
+    fs.symlinkSync(fifo, path.join(dir, 'link.md'));
+    const script = `
+      const { collectDocuments } = require(${JSON.stringify(path.join(__dirname, '..', 'src', 'documents', 'files'))});
+      const { documents, rejected } = collectDocuments(process.argv.slice(1), ${LIMIT});
+      console.log(JSON.stringify({ documents: documents.map((d) => d.source), rejected }));
+    `;
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '-e', script, dir, fifo], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    const { documents, rejected } = JSON.parse(out) as {
+      documents: string[];
+      rejected: { source: string; reason: string }[];
+    };
+    assert.deepEqual(documents, [path.join(dir, 'a.md')]);
+    assert.deepEqual(rejected, [
+      {
+        source: path.join(dir, 'link.md'),
+        reason: 'it is a link to something that is not a regular file (a FIFO, a device)',
+      },
+      { source: fifo, reason: 'not a regular file or folder' },
+    ]);
+  });
 });
 
 /** Asserts that `id` is a valid document ID and returns it. */

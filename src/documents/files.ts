@@ -147,7 +147,8 @@ function readDocument(
 ): { ok: true; bytes: Buffer } | { ok: false; reason: string } {
   let fd: number;
   try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | flags);
+    // O_NONBLOCK: opening a FIFO (or a device) blocks until a writer comes; this way it opens, and fstat refuses it.
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | flags);
   } catch (err) {
     return { ok: false, reason: unreadable(err) };
   }
@@ -259,9 +260,12 @@ function throughLink(
 ): FolderEntry | undefined {
   let target: string;
   let isFolder: boolean;
+  let isFile: boolean;
   try {
     target = fs.realpathSync(source);
-    isFolder = fs.statSync(target).isDirectory();
+    const stat = fs.statSync(target);
+    isFolder = stat.isDirectory();
+    isFile = stat.isFile();
   } catch (err) {
     // Dangling (an editor's lock file such as `.#notes.md`, say), or a loop of links.
     return isDocument ? { source, reason: unreadable(err) } : undefined;
@@ -282,5 +286,6 @@ function throughLink(
         'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
     };
   }
+  if (!isFile) return { source, reason: 'it is a link to something that is not a regular file (a FIFO, a device)' };
   return { source, readFrom: target };
 }
