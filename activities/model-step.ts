@@ -180,7 +180,7 @@ export async function askOnce<T>(
     const claim = await memo.claim(request, owner, memoLeaseMs);
     if (claim.kind === 'answered') {
       log.info('Reusing the memoised model answer: it was paid for before', { step, memoKey });
-      return fromMemo(claim.answer, true, []);
+      return fromMemo(claim.answer, true, claim.rejected);
     }
     if (claim.kind === 'held') {
       if (!waitingLogged) {

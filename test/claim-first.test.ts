@@ -252,6 +252,14 @@ for (const backend of Object.keys(BACKENDS) as (keyof typeof BACKENDS)[]) {
       assert.ok((retry?.max_tokens ?? 0) > 0, 'the retry did not cap the answer');
       const system = retry?.messages.find((m) => m.role === 'system')?.content ?? '';
       assert.match(system, /refused: model test-model was cut off/);
+
+      // The attempt that stored the answer died before reporting: the next one reads it from the memo, and the
+      // answer refused before it is still part of the step's cost.
+      const memoised = await step.attempt(3).result;
+      assert.equal(memoised.memoised, true);
+      assert.deepEqual(memoised.rejectedUsage, { inputTokens: 100, outputTokens: 50 });
+      assert.equal(memoised.estimatedCostUsd, result.estimatedCostUsd);
+      assert.equal(step.server.requests.length, 2);
     });
   });
 }

@@ -252,6 +252,7 @@ function storeContract(backend: Backend): void {
           assert.deepEqual(await stores.memo.claim({ ...request, runId }, owner, LEASE_MS), {
             kind: 'answered',
             answer,
+            rejected: [],
           });
         }
       });
@@ -265,6 +266,7 @@ function storeContract(backend: Backend): void {
         assert.deepEqual(await stores.memo.claim(request, 'worker-b', LEASE_MS), {
           kind: 'answered',
           answer: first,
+          rejected: [],
         });
       });
 
@@ -375,6 +377,7 @@ function storeContract(backend: Backend): void {
         assert.deepEqual(await stores.memo.claim(ofOpenWorkflow, 'worker-b', LEASE_MS), {
           kind: 'answered',
           answer,
+          rejected: [],
         });
         assert.deepEqual(await stores.memo.claim(answered, 'worker-b', LEASE_MS), OWNED_FRESH);
       });

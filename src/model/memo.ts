@@ -31,8 +31,11 @@ export interface MemoRequest {
 }
 
 export type Claim =
-  /** The entry holds a paid answer: use it, do not call the model. */
-  | { kind: 'answered'; answer: StoredAnswer }
+  /**
+   * The entry holds a paid answer: use it, do not call the model. `rejected` are the answers this run paid for and
+   * refused before it: part of the step's cost however the answer is reached.
+   */
+  | { kind: 'answered'; answer: StoredAnswer; rejected: RejectedAnswer[] }
   /** The caller owns the entry until its lease runs out: call the model, then complete or release. */
   | { kind: 'owned'; providerFailures: number; rejected: RejectedAnswer[] }
   /** Another attempt owns a live lease (it is calling the model now): wait and claim again. */
@@ -85,11 +88,17 @@ export interface EntryState {
  * with this run's count of provider errors and refused answers (another run starts its own).
  */
 export function decideClaim(entry: EntryState, request: MemoRequest, owner: string): Claim {
-  if (entry.answer !== null) return { kind: 'answered', answer: StoredAnswerSchema.parse(entry.answer) };
+  const sameRun = entry.runId === request.runId;
+  if (entry.answer !== null) {
+    return {
+      kind: 'answered',
+      answer: StoredAnswerSchema.parse(entry.answer),
+      rejected: sameRun ? RejectedListSchema.parse(entry.rejected) : [],
+    };
+  }
   if (entry.owner !== null && entry.owner !== owner && entry.leaseLive && entry.leaseUntil !== null) {
     return { kind: 'held', owner: entry.owner, leaseUntil: entry.leaseUntil };
   }
-  const sameRun = entry.runId === request.runId;
   return {
     kind: 'owned',
     providerFailures: sameRun ? entry.providerFailures : 0,
