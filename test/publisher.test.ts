@@ -368,7 +368,10 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
       publisher.publish(doc, key, NO_ABORT),
       retryable(FailureType.DeliveryHeld, (err) => {
         assert.equal(err.nextRetryDelay, 30_000);
-        assert.ok(err.message.includes(`npm run deliveries -- resolve ${key} delivered`), err.message);
+        assert.ok(
+          err.message.includes(`npm run deliveries -- resolve ${key} delivered --revision N`),
+          err.message,
+        );
       }),
     );
     assert.deepEqual(receiver.effects, [key]);

@@ -1,13 +1,14 @@
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
-import type { DeliveryLedger, LedgerEntry } from '../publisher/ledger';
+import { describeOpen, resolveDelivery } from '../publisher/reconcile';
+import type { Verdict } from '../publisher/reconcile';
 import { openStores } from '../store/open';
 
 const USAGE = [
   'Usage:',
   '  npm run deliveries                                   list webhook deliveries nobody knows the fate of',
-  '  npm run deliveries -- resolve <key> delivered [--revision N]   the receiver has it: answer from the ledger',
+  '  npm run deliveries -- resolve <key> delivered --revision N   the receiver has revision N: answer from it',
   '  npm run deliveries -- resolve <key> unsent           the receiver does not have it: the next retry sends it',
 ].join('\n');
 
@@ -26,71 +27,43 @@ async function run(): Promise<void> {
     console.log(USAGE);
     return;
   }
-  const stores = await openStores(loadConfig());
+  const config = loadConfig();
+  const options = { requestTimeoutMs: config.publishRequestTimeoutMs };
+  const [command, key, verdictName] = positionals;
+  const verdict = verdictOf(verdictName, values.revision);
+  if (!(command === undefined || command === 'list' || (command === 'resolve' && key !== undefined))) {
+    console.error(USAGE);
+    process.exitCode = 2;
+    return;
+  }
+  if (command === 'resolve' && typeof verdict === 'string') {
+    console.error(verdict);
+    process.exitCode = 2;
+    return;
+  }
+  const stores = await openStores(config);
   try {
-    const [command, key, verdict] = positionals;
-    if (command === undefined || command === 'list') {
-      printOpen(await stores.ledger.openClaims());
-    } else if (
-      command === 'resolve' &&
-      key !== undefined &&
-      (verdict === 'delivered' || verdict === 'unsent')
-    ) {
-      process.exitCode = (await resolve(stores.ledger, key, verdict, values.revision)) ? 0 : 1;
+    if (command === 'resolve' && key !== undefined && typeof verdict !== 'string') {
+      const { ok, message } = await resolveDelivery(stores.ledger, key, verdict, options);
+      (ok ? console.log : console.error)(message);
+      process.exitCode = ok ? 0 : 1;
     } else {
-      console.error(USAGE);
-      process.exitCode = 2;
+      for (const line of describeOpen(await stores.ledger.openClaims(), options)) console.log(line);
     }
   } finally {
     await stores.close();
   }
 }
 
-function printOpen(open: LedgerEntry[]): void {
-  if (open.length === 0) {
-    console.log('No open deliveries: every webhook delivery has a receipt or is known not to have arrived.');
-    return;
-  }
-  console.log(
-    `${open.length} open deliveries (sent, never answered): check the receiver for each key, then resolve.`,
-  );
-  for (const entry of open) {
-    console.log(
-      `  ${entry.idempotencyKey}  document ${entry.documentId}  attempts ${entry.attempts}  since ` +
-        `${entry.updatedAt.toISOString()}  by ${entry.owner ?? '-'}${entry.lastError ? `  (${entry.lastError})` : ''}`,
-    );
-  }
-}
-
-/** Applies an operator's verdict; false (with a message) when the key has no open claim. */
-async function resolve(
-  ledger: DeliveryLedger,
-  key: string,
-  verdict: 'delivered' | 'unsent',
-  revisionText = '1',
-): Promise<boolean> {
-  const open = (await ledger.openClaims()).find((e) => e.idempotencyKey === key);
-  if (open === undefined) {
-    console.error(`No open delivery under ${key}: \`npm run deliveries\` lists the open ones.`);
-    return false;
-  }
-  const revision = Number(revisionText);
-  if (!Number.isInteger(revision) || revision < 1) {
-    console.error(`--revision must be a whole number from 1, not "${revisionText}"`);
-    return false;
-  }
-  const done = await ledger.resolve(
-    key,
-    verdict === 'unsent'
-      ? 'unsent'
-      : { delivered: { documentId: open.documentId, revision, duplicate: true } },
-  );
-  console.log(
-    verdict === 'unsent'
-      ? `${key}: marked not delivered; the held publish step sends it on its next try.`
-      : `${key}: marked delivered (revision ${revision}); the held publish step completes on its next try.`,
-  );
-  return done;
+/** The verdict the command line gives, or what is wrong with it. */
+function verdictOf(name: string | undefined, revision: string | undefined): Verdict | string {
+  if (name === 'unsent') return { kind: 'unsent' };
+  if (name !== 'delivered') return USAGE;
+  if (revision === undefined)
+    return 'delivered needs --revision N: the revision the receiver holds for the document (its receipt says it)';
+  const n = Number(revision);
+  if (!Number.isInteger(n) || n < 1) return `--revision must be a whole number from 1, not "${revision}"`;
+  return { kind: 'delivered', revision: n };
 }
 
 runMain(run);

@@ -286,6 +286,7 @@ function throughLink(
         'it is a link to a folder, and links to folders are not followed; name the folder itself to read it',
     };
   }
-  if (!isFile) return { source, reason: 'it is a link to something that is not a regular file (a FIFO, a device)' };
+  if (!isFile)
+    return { source, reason: 'it is a link to something that is not a regular file (a FIFO, a device)' };
   return { source, readFrom: target };
 }

@@ -73,7 +73,7 @@ export class WebhookPublisher implements Publisher {
             `an earlier attempt sent publication "${publication.documentId}" (key ${idempotencyKey}) to the ` +
             `${this.what} and never got its answer, and this receiver has not shown that it dedupes by ` +
             'Idempotency-Key, so sending again could publish twice. Check whether the receiver has it, then run ' +
-            `\`npm run deliveries -- resolve ${idempotencyKey} delivered\` (or \`unsent\` to send it again); ` +
+            `\`npm run deliveries -- resolve ${idempotencyKey} delivered --revision N\` (or \`unsent\` to send it again); ` +
             'set OPEN_DELIVERY_POLICY=resend if the receiver dedupes. Will look again.',
           nextRetryDelay: HELD_RETRY_MS,
         });
