@@ -99,6 +99,18 @@ const EnvSchema = z.object({
   PUBLISH_WEBHOOK_URL: optionalUrl(
     'let the receiver check PUBLISH_WEBHOOK_SECRET, which signs every request',
   ),
+  PUBLISH_WEBHOOK_LOOKUP_URL: optionalText
+    .refine(
+      (s) =>
+        s === undefined ||
+        (s.includes('{key}') && /^https?:\/\//.test(s) && URL.canParse(s.replace('{key}', 'k'))),
+      'must be an http(s) URL with {key} where the Idempotency-Key goes, e.g. http://receiver/publications/{key}',
+    )
+    .refine((s) => {
+      if (s === undefined || !URL.canParse(s.replace('{key}', 'k'))) return true;
+      const { username, password } = new URL(s.replace('{key}', 'k'));
+      return username === '' && password === '';
+    }, 'must not carry a user name or password (URLs are shown in messages and logs)'),
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
   PAYLOAD_ENCRYPTION_KEY: optionalText,
@@ -218,6 +230,8 @@ export interface Config {
    * echoed a key, hold before).
    */
   openDeliveryPolicy: 'auto' | 'resend' | 'hold';
+  /** PUBLISH_WEBHOOK_LOOKUP_URL: the receiver's lookup by key, asked before an open delivery is held or resent. */
+  publishLookupUrl: string | undefined;
   /**
    * AES-GCM payload encryption settings; off while `key` is unset. `required`: workers and clients refuse
    * plaintext payloads. Secrets: never log this object.
@@ -286,6 +300,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
     batchWindow: e.BATCH_WINDOW,
     openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,
+    publishLookupUrl: e.PUBLISH_WEBHOOK_LOOKUP_URL,
     payloadEncryption: {
       key: e.PAYLOAD_ENCRYPTION_KEY,
       keyId: e.PAYLOAD_ENCRYPTION_KEY_ID,

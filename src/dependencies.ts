@@ -46,6 +46,7 @@ export async function createDependencies(
         timeoutMs: config.publishRequestTimeoutMs,
         ledger: stores.ledger,
         openClaimPolicy: config.openDeliveryPolicy,
+        lookupUrl: config.publishLookupUrl,
         secret: config.publishSecret,
       });
     }

@@ -7,12 +7,18 @@ import { cleanupAfterAll } from './scratch';
 
 const defer = cleanupAfterAll();
 const TIMEOUT = { requestTimeoutMs: 1_000 };
+const VERSION = `sha256:${'a'.repeat(64)}`;
 /** The time once a claim made now is past its POST's timeout and grace. */
 const later = (): number => Date.now() + 60_000;
 
 async function openClaim() {
   const ledger = scratchLedger(defer);
-  const delivery = { idempotencyKey: 'run-1:publish', workflowId: 'document-d', documentId: 'd' };
+  const delivery = {
+    idempotencyKey: 'run-1:publish',
+    workflowId: 'document-d',
+    documentId: 'd',
+    version: VERSION,
+  };
   await ledger.claim(delivery, 'worker-a');
   return { ledger, key: delivery.idempotencyKey };
 }
@@ -50,7 +56,10 @@ describe('npm run deliveries', () => {
     const done = await resolveDelivery(ledger, key, { kind: 'delivered', revision: 3 }, options);
     assert.equal(done.ok, true, done.message);
     assert.deepEqual(
-      await ledger.claim({ idempotencyKey: key, workflowId: 'document-d', documentId: 'd' }, 'worker-b'),
+      await ledger.claim(
+        { idempotencyKey: key, workflowId: 'document-d', documentId: 'd', version: VERSION },
+        'worker-b',
+      ),
       {
         kind: 'delivered',
         receipt: { documentId: 'd', revision: 3, duplicate: true },

@@ -17,7 +17,8 @@ import type { ReceiverOptions } from '../src/publisher/receiver';
 import { SIGNATURE_TOLERANCE_SECONDS, signer } from '../src/publisher/signature';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
-import { webhookPublisher } from './helpers';
+import { scratchLedger, webhookPublisher } from './helpers';
+import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -325,6 +326,7 @@ describe('publish target: Host, scheduledAt, body size, store errors', () => {
       currentPublication: (id) => real.currentPublication(id),
       revisionsOf: (id) => real.revisionsOf(id),
       deliveries: () => real.deliveries(),
+      revisionOfKey: (key) => real.revisionOfKey(key),
       close: () => real.close(),
     };
     const { url } = await target({}, failing);
@@ -488,4 +490,66 @@ describe('publish target: refusing early', () => {
         assert.ok((await closed) < 5_000, 'unfinished headers held a connection');
     },
   );
+});
+
+describe('publish target: the lookup by key', () => {
+  it('answers GET /publications/<key> with the revision the key wrote, 404 for a key it never took, 401 unsigned', async () => {
+    const secret = newSecret();
+    const { url } = await target({ secret });
+    const doc = publication();
+    assert.equal((await signedPost(url, secret, doc, 'run-1:publish')).status, 201);
+    const ask = (key: string, headers: Record<string, string>): Promise<Answer> =>
+      new Promise((resolve, reject) => {
+        const req = http.request(`${url}/${encodeURIComponent(key)}`, { method: 'GET', headers });
+        req.on('response', (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
+          );
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    const signedAsk = (key: string) => ask(key, { 'idempotency-key': key, ...signer(secret)(key, '') });
+    const found = await signedAsk('run-1:publish');
+    assert.equal(found.status, 200, found.body);
+    assert.deepEqual(JSON.parse(found.body), {
+      documentId: doc.documentId,
+      revision: 1,
+      idempotencyKey: 'run-1:publish',
+    });
+    assert.equal((await signedAsk('run-2:publish')).status, 404);
+    assert.equal((await ask('run-1:publish', {})).status, 401);
+    // Signed for another key: no asking about a key the signature does not cover.
+    assert.equal((await ask('run-1:publish', signer(secret)('run-9:publish', ''))).status, 401);
+  });
+
+  it('settles a lost answer through the lookup, as the webhook publisher asks it', async () => {
+    const { url, store } = await target();
+    const ledger = scratchLedger(defer);
+    const doc = publication();
+    // The first POST lands, but its answer never comes back (the worker died, say): the claim stays open.
+    await ledger.claim(
+      {
+        idempotencyKey: 'run-1:publish',
+        workflowId: `document-${doc.documentId}`,
+        documentId: doc.documentId,
+        version: doc.textRef,
+      },
+      'dead-worker',
+    );
+    await store.publish(doc, 'run-1:publish');
+    const publisher = new WebhookPublisher({
+      url,
+      lookupUrl: `${url}/{key}`,
+      timeoutMs: 2_000,
+      ledger,
+      openClaimPolicy: 'hold',
+    });
+    const receipt = await publisher.publish(doc, 'run-1:publish', new AbortController().signal);
+    assert.deepEqual([receipt.revision, receipt.duplicate], [1, true]);
+    assert.deepEqual(await ledger.openClaims(), []);
+    assert.equal((await store.revisionsOf(doc.documentId)).length, 1);
+  });
 });

@@ -13,6 +13,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
+import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
 import { closeServer, forwardPost, listenOnLoopback, scratchLedger, webhookPublisher } from './helpers';
@@ -609,4 +610,99 @@ describe('startReceiver', () => {
       ['B:publish', 'duplicate'],
     ]);
   });
+});
+
+describe("WebhookPublisher: an earlier run's open delivery, and the receiver's lookup", () => {
+  it("a resubmitted run finds the earlier run's open delivery of the same version: held, never posted blindly", async () => {
+    const receiver = await forgetfulReceiver({ lose: 1 });
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, receiver.url, { ledger, timeoutMs: 2_000 });
+    const doc = publication();
+    await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+    // The run failed (its budget ran out, say); the document is submitted again: a new run, a new key.
+    await assert.rejects(
+      publisher.publish(doc, 'run-2:publish', NO_ABORT),
+      retryable(FailureType.DeliveryHeld, (err) => {
+        assert.match(
+          err.message,
+          /an earlier run sent this version .*key run-1:publish, this run's is run-2:publish/,
+        );
+        assert.match(err.message, /npm run deliveries -- resolve run-1:publish delivered --revision N/);
+      }),
+    );
+    assert.deepEqual(receiver.effects, ['run-1:publish']);
+    // Another version of the document is another delivery: it goes out.
+    await publisher.publish({ ...doc, textRef: `sha256:${'b'.repeat(64)}` }, 'run-3:publish', NO_ABORT);
+    assert.deepEqual(receiver.effects, ['run-1:publish', 'run-3:publish']);
+  });
+
+  it("sent again to a receiver that dedupes, it goes under the earlier run's key: one effect, both runs settled", async () => {
+    const receiver = await forgetfulReceiver({ lose: 1, honoursKeys: true });
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, receiver.url, { ledger, timeoutMs: 2_000, policy: 'resend' });
+    const doc = publication();
+    await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+    const receipt = await publisher.publish(doc, 'run-2:publish', NO_ABORT);
+    assert.equal(receipt.duplicate, true);
+    assert.deepEqual(receiver.effects, ['run-1:publish']);
+    assert.equal(receiver.requests(), 2);
+    assert.deepEqual(await ledger.openClaims(), []);
+    // A retry of run 2 answers from the ledger.
+    assert.equal((await publisher.publish(doc, 'run-2:publish', NO_ABORT)).duplicate, true);
+    assert.equal(receiver.requests(), 2);
+  });
+
+  /** A receiver that ignores keys, with a lookup by key; `lost` says how its first POST goes wrong. */
+  async function receiverWithLookup(lost: 'answer' | 'request') {
+    const effects: string[] = [];
+    let posts = 0;
+    const url = await scriptedServer((req, res) => {
+      const key = decodeURIComponent(/^\/publications\/(.+)$/.exec(req.url ?? '')?.[1] ?? '');
+      if (req.method === 'GET') {
+        req.resume();
+        if (effects.includes(key)) res.writeHead(200).end(JSON.stringify({ revision: 1 }));
+        else res.writeHead(404).end('{}');
+        return;
+      }
+      req.resume();
+      req.on('end', () => {
+        posts += 1;
+        if (posts === 1 && lost === 'request') return void res.socket?.destroy();
+        effects.push(String(req.headers['idempotency-key']));
+        if (posts === 1) return void res.socket?.destroy();
+        res.writeHead(201).end(JSON.stringify({ revision: 1 }));
+      });
+    });
+    return {
+      url,
+      lookupUrl: url.replace(/\/publications$/, '/publications/{key}'),
+      effects,
+      posts: () => posts,
+    };
+  }
+
+  for (const lost of ['answer', 'request'] as const) {
+    it(`asks the receiver's lookup before holding: the ${lost} was lost, and the claim settles by itself`, async () => {
+      const receiver = await receiverWithLookup(lost);
+      const ledger = scratchLedger(defer);
+      const publisher = new WebhookPublisher({
+        url: receiver.url,
+        lookupUrl: receiver.lookupUrl,
+        timeoutMs: 2_000,
+        ledger,
+        openClaimPolicy: 'hold',
+      });
+      const doc = publication();
+      await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+      const receipt = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
+      assert.deepEqual(receiver.effects, ['run-1:publish']);
+      assert.equal(
+        receiver.posts(),
+        lost === 'answer' ? 1 : 2,
+        'posted again after the lookup said it had it',
+      );
+      assert.equal(receipt.duplicate, lost === 'answer');
+      assert.deepEqual(await ledger.openClaims(), []);
+    });
+  }
 });

@@ -19,7 +19,7 @@ import type { AnswerMemo, Claim, MemoRequest, RejectedAnswer, StoredAnswer } fro
 import { PostgresAnswerMemo } from '../src/model/memo-postgres';
 import { SqliteAnswerMemo } from '../src/model/memo-sqlite';
 import { SqliteDeliveryLedger } from '../src/publisher/ledger';
-import type { DeliveryLedger, LedgerClaim, LedgerEntry } from '../src/publisher/ledger';
+import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from '../src/publisher/ledger';
 import { PostgresDeliveryLedger } from '../src/publisher/ledger-postgres';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
@@ -149,9 +149,14 @@ function outcome(claim: Claim): unknown {
 const OWNED_FRESH: Claim = { kind: 'owned', providerFailures: 0, rejected: [] };
 
 /** The publish delivery of a fresh workflow. */
-function delivery(): { idempotencyKey: string; workflowId: string; documentId: string } {
+function delivery(): Delivery {
   const workflowId = `wf-${randomUUID()}`;
-  return { idempotencyKey: `${workflowId}/run-1:publish`, workflowId, documentId: 'doc-1' };
+  return {
+    idempotencyKey: `${workflowId}/run-1:publish`,
+    workflowId,
+    documentId: `doc-${randomUUID()}`,
+    version: `sha256:${'1'.repeat(64)}`,
+  };
 }
 
 /** The entry of an open ledger claim; fails the test for any other claim. */
@@ -410,7 +415,16 @@ function storeContract(backend: Backend): void {
         const d = delivery();
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
         const { updatedAt, ...entry } = openEntry(await stores.ledger.claim(d, 'attempt-2'));
-        assert.deepEqual(entry, { ...d, state: 'claimed', owner: 'attempt-1', attempts: 1, lastError: null });
+        const { idempotencyKey, workflowId, documentId } = d;
+        assert.deepEqual(entry, {
+          idempotencyKey,
+          workflowId,
+          documentId,
+          state: 'claimed',
+          owner: 'attempt-1',
+          attempts: 1,
+          lastError: null,
+        });
         assert.ok(
           Math.abs(updatedAt.getTime() - Date.now()) < 60_000,
           `updatedAt is ${updatedAt.toISOString()}`,
@@ -499,6 +513,33 @@ function storeContract(backend: Backend): void {
         const d = delivery();
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
+      });
+
+      it("shows a later run of the same version the earlier run's open claim, and only while it is open", async () => {
+        const first = delivery();
+        await stores.ledger.claim(first, 'run-1-attempt');
+        const again = { ...first, idempotencyKey: `${first.workflowId}/run-2:publish` };
+        assert.equal(
+          openEntry(await stores.ledger.claim(again, 'run-2-attempt')).idempotencyKey,
+          first.idempotencyKey,
+        );
+        const otherVersion = {
+          ...again,
+          idempotencyKey: `${first.workflowId}/run-3:publish`,
+          version: 'sha256:other',
+        };
+        assert.deepEqual(await stores.ledger.claim(otherVersion, 'run-3-attempt'), { kind: 'fresh' });
+        await stores.ledger.resolve(first.idempotencyKey, 'unsent');
+        assert.deepEqual(await stores.ledger.claim(again, 'run-2-attempt'), { kind: 'fresh' });
+      });
+
+      it("records a receipt for a run that settled through an earlier run's delivery", async () => {
+        const d = delivery();
+        const later = { ...d, idempotencyKey: `${d.workflowId}/run-2:publish` };
+        await stores.ledger.claim(d, 'run-1-attempt');
+        openEntry(await stores.ledger.claim(later, 'run-2-attempt'));
+        await stores.ledger.delivered(later.idempotencyKey, receipt, undefined);
+        assert.deepEqual(await stores.ledger.claim(later, 'run-2-retry'), { kind: 'delivered', receipt });
       });
 
       it("sweeps old settled deliveries of closed workflows, never open claims or open workflows' rows", async () => {

@@ -124,7 +124,8 @@ async function seedRun(stores: Stores, kind: 'open' | 'closed'): Promise<SeededR
   });
   const settledKey = `${runId}:publish`;
   assert.equal(
-    (await stores.ledger.claim({ idempotencyKey: settledKey, workflowId, documentId }, 'seed')).kind,
+    (await stores.ledger.claim({ idempotencyKey: settledKey, workflowId, documentId, version: 'v1' }, 'seed'))
+      .kind,
     'fresh',
   );
   await stores.ledger.delivered(
@@ -158,7 +159,12 @@ async function seedScenario(stores: Stores) {
   // A POST of the closed run that nobody knows the fate of: an operator's to reconcile, never swept.
   const openClaimKey = `${closed.memoRequest.runId}:publish-unanswered`;
   await stores.ledger.claim(
-    { idempotencyKey: openClaimKey, workflowId: closed.workflowId, documentId: closed.documentId },
+    {
+      idempotencyKey: openClaimKey,
+      workflowId: closed.workflowId,
+      documentId: closed.documentId,
+      version: 'v2',
+    },
     'seed',
   );
   const orphanRef = await stores.blobs.put(Buffer.from(`Nobody reads this ${randomUUID()}.`, 'utf8'));
@@ -169,7 +175,7 @@ async function seedScenario(stores: Stores) {
 async function remaining(stores: Stores, run: SeededRun) {
   const memo = await stores.memo.claim(run.memoRequest, 'look', 1);
   const ledger = await stores.ledger.claim(
-    { idempotencyKey: run.settledKey, workflowId: run.workflowId, documentId: run.documentId },
+    { idempotencyKey: run.settledKey, workflowId: run.workflowId, documentId: run.documentId, version: 'v1' },
     'look',
   );
   return {

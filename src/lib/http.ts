@@ -82,6 +82,24 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
   }
 }
 
+/** GETs a URL, following no redirect; a connection error or timeout throws as fetch does. */
+export async function getJson(
+  url: string,
+  options: { headers: Record<string, string>; timeoutMs: number; signal: AbortSignal },
+): Promise<HttpAnswer> {
+  const response = await fetch(url, {
+    headers: { accept: 'application/json', ...options.headers },
+    redirect: 'manual',
+    signal: AbortSignal.any([AbortSignal.timeout(options.timeoutMs), options.signal]),
+  });
+  return {
+    status: response.status,
+    headers: response.headers,
+    retryAfterMs: retryAfterOf(response.headers),
+    body: await response.text(),
+  };
+}
+
 const NOT_SENT = 'not-sent';
 
 /** True for a failure of postJson that provably sent nothing (a refused connection, an unknown host). */

@@ -1,6 +1,6 @@
 import type { Pool } from '../lib/postgres';
 import { claimFromRow, ledgerEntry } from './ledger';
-import type { DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
+import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';
 
 const COLUMNS =
@@ -10,15 +10,12 @@ const COLUMNS =
 export class PostgresDeliveryLedger implements DeliveryLedger {
   constructor(private readonly pool: Pool) {}
 
-  async claim(
-    delivery: { idempotencyKey: string; workflowId: string; documentId: string },
-    owner: string,
-  ): Promise<LedgerClaim> {
+  async claim(delivery: Delivery, owner: string): Promise<LedgerClaim> {
     return this.pool.transaction(async (db): Promise<LedgerClaim> => {
       await db.query(
-        `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, state, attempts)
-         VALUES ($1, $2, $3, 'unsent', 0) ON CONFLICT (idempotency_key) DO NOTHING`,
-        [delivery.idempotencyKey, delivery.workflowId, delivery.documentId],
+        `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, state, attempts)
+         VALUES ($1, $2, $3, $4, 'unsent', 0) ON CONFLICT (idempotency_key) DO NOTHING`,
+        [delivery.idempotencyKey, delivery.workflowId, delivery.documentId, delivery.version],
       );
       const found = await db.query(
         `SELECT ${COLUMNS} FROM delivery_ledger WHERE idempotency_key = $1 FOR UPDATE`,
@@ -26,10 +23,16 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
       );
       const claim = claimFromRow(found.rows[0], owner);
       if (claim !== 'take') return claim;
+      const earlier = await db.query(
+        `SELECT ${COLUMNS} FROM delivery_ledger WHERE document_id = $1 AND text_ref = $2 AND state = 'claimed'
+           AND idempotency_key <> $3 ORDER BY updated_at LIMIT 1`,
+        [delivery.documentId, delivery.version, delivery.idempotencyKey],
+      );
+      if (earlier.rows[0] !== undefined) return { kind: 'open', entry: ledgerEntry(earlier.rows[0]) };
       await db.query(
-        `UPDATE delivery_ledger SET state = 'claimed', owner = $2, attempts = attempts + 1, updated_at = now()
-         WHERE idempotency_key = $1`,
-        [delivery.idempotencyKey, owner],
+        `UPDATE delivery_ledger SET state = 'claimed', owner = $2, text_ref = $3, attempts = attempts + 1,
+           updated_at = now() WHERE idempotency_key = $1`,
+        [delivery.idempotencyKey, owner, delivery.version],
       );
       return { kind: 'fresh' };
     });

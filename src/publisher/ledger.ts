@@ -23,8 +23,21 @@ export type LedgerClaim =
   | { kind: 'fresh' }
   /** The receiver answered before: its receipt, so nobody POSTs again. */
   | { kind: 'delivered'; receipt: Receipt }
-  /** An earlier attempt POSTed and never recorded an answer (it crashed, stalled or lost the reply). */
+  /**
+   * An earlier attempt POSTed and never recorded an answer (it crashed, stalled or lost the reply): an attempt
+   * under this key, or a run before this one that sent the same version of the document under its own key (a
+   * resubmission after a failed run, a reset). `entry` says which.
+   */
   | { kind: 'open'; entry: LedgerEntry };
+
+/** One delivery to claim: its key, and the document and version it publishes. */
+export interface Delivery {
+  idempotencyKey: string;
+  workflowId: string;
+  documentId: string;
+  /** The version published (the text's reference): another run's open claim on it is this delivery's too. */
+  version: string;
+}
 
 export const ReceiptRecordSchema = z.object({
   documentId: z.string(),
@@ -39,10 +52,7 @@ export const ReceiptRecordSchema = z.object({
  * follows the configured policy instead of POSTing blindly (see WebhookPublisher).
  */
 export interface DeliveryLedger {
-  claim(
-    delivery: { idempotencyKey: string; workflowId: string; documentId: string },
-    owner: string,
-  ): Promise<LedgerClaim>;
+  claim(delivery: Delivery, owner: string): Promise<LedgerClaim>;
   /** Takes an open claim over, to POST again (the receiver dedupes, or an operator said it never arrived). */
   retake(idempotencyKey: string, owner: string): Promise<void>;
   /**
@@ -130,40 +140,53 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
       receipt TEXT,
       receiver_echoed_key INTEGER,
       echoed_by TEXT,
+      text_ref TEXT,
       last_error TEXT,
       created_at INTEGER NOT NULL,
       updated_at INTEGER NOT NULL
     )`);
-    // Files made before the echo was recorded per receiver: their echoes name no receiver, so none is trusted.
-    const addEchoedBy = this.db.transaction(() => {
+    // Files made before the echo was recorded per receiver (their echoes name no receiver, so none is trusted) and
+    // before deliveries knew their version (their claims match no other run's).
+    const addColumns = this.db.transaction(() => {
       const columns = z
         .array(z.object({ name: z.string() }))
         .parse(this.db.pragma('table_info(delivery_ledger)'));
-      if (!columns.some((c) => c.name === 'echoed_by'))
-        this.db.exec('ALTER TABLE delivery_ledger ADD COLUMN echoed_by TEXT');
+      for (const column of ['echoed_by', 'text_ref']) {
+        if (!columns.some((c) => c.name === column))
+          this.db.exec(`ALTER TABLE delivery_ledger ADD COLUMN ${column} TEXT`);
+      }
     });
-    addEchoedBy.immediate();
+    addColumns.immediate();
   }
 
-  async claim(
-    delivery: { idempotencyKey: string; workflowId: string; documentId: string },
-    owner: string,
-  ): Promise<LedgerClaim> {
+  async claim(delivery: Delivery, owner: string): Promise<LedgerClaim> {
     const now = Date.now();
     const run = this.db.transaction((): LedgerClaim => {
+      // The row is made first (unsent, nothing sent yet), so what this delivery learns later has a row to go to.
+      this.db
+        .prepare(
+          `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, state, attempts,
+             created_at, updated_at) VALUES (?, ?, ?, ?, 'unsent', 0, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING`,
+        )
+        .run(delivery.idempotencyKey, delivery.workflowId, delivery.documentId, delivery.version, now, now);
       const found = this.db
         .prepare(`SELECT ${COLUMNS} FROM delivery_ledger WHERE idempotency_key = ?`)
         .get(delivery.idempotencyKey);
       const claim = claimFromRow(found, owner);
       if (claim !== 'take') return claim;
+      const earlier = this.db
+        .prepare(
+          `SELECT ${COLUMNS} FROM delivery_ledger WHERE document_id = ? AND text_ref = ? AND state = 'claimed'
+             AND idempotency_key <> ? ORDER BY updated_at LIMIT 1`,
+        )
+        .get(delivery.documentId, delivery.version, delivery.idempotencyKey);
+      if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier) };
       this.db
         .prepare(
-          `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, state, owner, attempts,
-             created_at, updated_at) VALUES (?, ?, ?, 'claimed', ?, 1, ?, ?)
-           ON CONFLICT (idempotency_key) DO UPDATE SET state = 'claimed', owner = excluded.owner,
-             attempts = delivery_ledger.attempts + 1, updated_at = excluded.updated_at`,
+          `UPDATE delivery_ledger SET state = 'claimed', owner = ?, text_ref = ?, attempts = attempts + 1,
+             updated_at = ? WHERE idempotency_key = ?`,
         )
-        .run(delivery.idempotencyKey, delivery.workflowId, delivery.documentId, owner, now, now);
+        .run(owner, delivery.version, now, delivery.idempotencyKey);
       return { kind: 'fresh' };
     });
     return run.immediate();

@@ -4,6 +4,7 @@ import {
   currentPublicationOf,
   decidePublication,
   deliveryRows,
+  keyRevisionOf,
   LatestRowSchema,
   RevisionRowSchema,
 } from './publication-store';
@@ -89,6 +90,14 @@ export class PostgresPublicationStore implements PublicationStore {
       .array(z.object({ revision: z.number(), idempotency_key: z.string() }))
       .parse(result.rows)
       .map((r) => ({ revision: r.revision, idempotencyKey: r.idempotency_key }));
+  }
+
+  async revisionOfKey(idempotencyKey: string): Promise<{ documentId: string; revision: number } | undefined> {
+    const result = await this.pool.query(
+      'SELECT document_id, revision FROM publication_revisions WHERE idempotency_key = $1',
+      [idempotencyKey],
+    );
+    return keyRevisionOf(result.rows[0]);
   }
 
   async deliveries(): Promise<DeliveryRow[]> {

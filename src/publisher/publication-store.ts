@@ -44,7 +44,18 @@ export interface PublicationStore {
   revisionsOf(documentId: string): Promise<{ revision: number; idempotencyKey: string }[]>;
   /** Every delivery attempt that reached the store, in order: the evidence that retries reused one key. */
   deliveries(): Promise<DeliveryRow[]>;
+  /** The revision a key wrote, if it wrote one: what the receiver's lookup by key answers. */
+  revisionOfKey(idempotencyKey: string): Promise<{ documentId: string; revision: number } | undefined>;
   close(): Promise<void>;
+}
+
+const KeyRevisionSchema = z.object({ document_id: z.string(), revision: z.number() });
+
+/** A row of the revisions table as a lookup's answer. */
+export function keyRevisionOf(row: unknown): { documentId: string; revision: number } | undefined {
+  if (row === undefined) return undefined;
+  const r = KeyRevisionSchema.parse(row);
+  return { documentId: r.document_id, revision: r.revision };
 }
 
 /**
@@ -176,6 +187,14 @@ export class SqlitePublicationStore implements PublicationStore {
       .array(z.object({ revision: z.number(), idempotency_key: z.string() }))
       .parse(rows)
       .map((r) => ({ revision: r.revision, idempotencyKey: r.idempotency_key }));
+  }
+
+  async revisionOfKey(idempotencyKey: string): Promise<{ documentId: string; revision: number } | undefined> {
+    return keyRevisionOf(
+      this.db
+        .prepare('SELECT document_id, revision FROM revisions WHERE idempotency_key = ?')
+        .get(idempotencyKey),
+    );
   }
 
   /** Every delivery attempt that reached the store, in order: the evidence that retries reused one key. */

@@ -86,8 +86,13 @@ export async function startReceiver(
       reply(421, { error: `this publish target does not answer to Host "${req.headers.host ?? ''}"` });
       return;
     }
+    const lookup = /^\/publications\/([^/?#]+)$/.exec(req.url ?? '');
+    if (req.method === 'GET' && lookup?.[1] !== undefined) {
+      await answerLookup(decodeURIComponent(lookup[1]), req, reply);
+      return;
+    }
     if (req.method !== 'POST' || req.url !== '/publications') {
-      reply(404, { error: 'POST /publications is the only route' });
+      reply(404, { error: 'POST /publications and GET /publications/<Idempotency-Key> are the routes' });
       return;
     }
     const key = req.headers['idempotency-key'];
@@ -164,6 +169,38 @@ export async function startReceiver(
 
   // Node enforces the header and request timeouts when it checks its connections (every 30 s by default).
   const checkEveryMs = Math.min(1_000, headersTimeoutMs / 2);
+  /**
+   * `GET /publications/<key>`: whether a delivery under this key took effect here (200 with its receipt) or not
+   * (404), so a sender that lost an answer can ask instead of holding the delivery for a person or sending twice
+   * (PUBLISH_WEBHOOK_LOOKUP_URL). With a secret, the request is signed like a POST with an empty body, its
+   * webhook-id the key asked about.
+   */
+  const answerLookup = async (
+    key: string,
+    req: http.IncomingMessage,
+    reply: (status: number, body: unknown, headers?: Record<string, string>) => void,
+  ): Promise<void> => {
+    if (verify !== undefined) {
+      const verdict = verify(req.headers, Buffer.alloc(0));
+      if (!verdict.ok || verdict.id !== key) {
+        reply(401, {
+          error: verdict.ok ? 'the webhook-id header must be the key looked up' : verdict.reason,
+        });
+        return;
+      }
+    }
+    let found;
+    try {
+      found = await store.revisionOfKey(key);
+    } catch (err) {
+      console.error(`publish target: the publication store (${store.where}) failed to look up ${key}:`, err);
+      reply(500, { error: 'the publication store failed; ask again' });
+      return;
+    }
+    if (found === undefined) reply(404, { error: `nothing was published under ${key}` });
+    else reply(200, { ...found, idempotencyKey: key }, { 'idempotency-key': key });
+  };
+
   const server = http.createServer({ connectionsCheckingInterval: checkEveryMs }, (req, res) => {
     handle(req, res).catch((err: unknown) => {
       if (req.socket.destroyed) return; // the client went away mid-request: nothing to answer

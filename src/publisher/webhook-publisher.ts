@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { excerpt, failedBeforeSending, postJson, transientStatusFailure } from '../lib/http';
+import { excerpt, failedBeforeSending, getJson, postJson, transientStatusFailure } from '../lib/http';
 import { FailureType, workflowIdFor } from '../contract';
 import { claimantName } from '../lib/claimant';
 import { inSpan } from '../telemetry/spans';
@@ -29,6 +29,12 @@ export interface WebhookOptions {
   openClaimPolicy: 'auto' | 'resend' | 'hold';
   /** PUBLISH_WEBHOOK_SECRET: when set, every request is signed with it (Standard Webhooks, id = the key). */
   secret?: string | undefined;
+  /**
+   * PUBLISH_WEBHOOK_LOOKUP_URL: where the receiver says whether a key took effect, `{key}` standing for the key
+   * (e.g. `http://receiver/publications/{key}`, answering 200 or 404). Asked before an open claim is sent again or
+   * held, it settles the claim by itself.
+   */
+  lookupUrl?: string | undefined;
 }
 
 /**
@@ -56,31 +62,84 @@ export class WebhookPublisher implements Publisher {
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
     const { ledger } = this.options;
     const owner = claimantName();
-    const claim = await ledger.claim(
-      {
-        idempotencyKey,
-        workflowId: workflowIdFor(publication.documentId),
-        documentId: publication.documentId,
-      },
-      owner,
-    );
-    if (claim.kind === 'delivered') return { ...claim.receipt, duplicate: true };
-    if (claim.kind === 'open') {
-      if (!(await this.resendOpenClaims())) {
-        throw ApplicationFailure.create({
-          type: FailureType.DeliveryHeld,
-          message:
-            `an earlier attempt sent publication "${publication.documentId}" (key ${idempotencyKey}) to the ` +
-            `${this.what} and never got its answer, and this receiver has not shown that it dedupes by ` +
-            'Idempotency-Key, so sending again could publish twice. Check whether the receiver has it, then run ' +
-            `\`npm run deliveries -- resolve ${idempotencyKey} delivered --revision N\` (or \`unsent\` to send it again); ` +
-            'set OPEN_DELIVERY_POLICY=resend if the receiver dedupes. Will look again.',
-          nextRetryDelay: HELD_RETRY_MS,
-        });
+    const delivery = {
+      idempotencyKey,
+      workflowId: workflowIdFor(publication.documentId),
+      documentId: publication.documentId,
+      version: publication.textRef,
+    };
+    // Twice at most: a lookup that finds an open claim never arrived settles it, and the claim is made again.
+    for (let round = 1; ; round++) {
+      const claim = await ledger.claim(delivery, owner);
+      if (claim.kind === 'fresh') return this.post(publication, idempotencyKey, signal);
+      if (claim.kind === 'delivered') return { ...claim.receipt, duplicate: true };
+      // An open claim: this key's earlier attempt, or an earlier run's delivery of this same version.
+      const open = claim.entry.idempotencyKey;
+      const found = await this.lookUp(open, publication.documentId, signal);
+      if (found !== undefined && found !== 'absent') {
+        await ledger.resolve(open, { delivered: found });
+        if (open !== idempotencyKey) await ledger.delivered(idempotencyKey, found, undefined);
+        return { ...found, duplicate: true };
       }
-      await ledger.retake(idempotencyKey, owner);
+      if (found === 'absent' && round === 1) {
+        await ledger.resolve(open, 'unsent');
+        continue;
+      }
+      if (!(await this.resendOpenClaims())) throw this.held(publication, open, idempotencyKey);
+      await ledger.retake(open, owner);
+      if (open === idempotencyKey) return this.post(publication, idempotencyKey, signal);
+      // Sent again under the earlier run's key: a receiver that dedupes answers it instead of publishing twice.
+      const receipt = await this.post(publication, open, signal);
+      await ledger.delivered(idempotencyKey, receipt, undefined);
+      return receipt;
     }
-    return this.post(publication, idempotencyKey, signal);
+  }
+
+  /** The failure of a delivery held for a person: what is unknown, and the commands that settle it. */
+  private held(publication: Publication, open: string, idempotencyKey: string): ApplicationFailure {
+    const whose =
+      open === idempotencyKey
+        ? `an earlier attempt sent publication "${publication.documentId}" (key ${open})`
+        : `an earlier run sent this version of "${publication.documentId}" (key ${open}, this run's is ` +
+          `${idempotencyKey})`;
+    return ApplicationFailure.create({
+      type: FailureType.DeliveryHeld,
+      message:
+        `${whose} to the ${this.what} and never got its answer, and this receiver has not shown that it dedupes ` +
+        'by Idempotency-Key, so sending again could publish twice. Check whether the receiver has it, then run ' +
+        `\`npm run deliveries -- resolve ${open} delivered --revision N\` (or \`unsent\` to send it again); ` +
+        'set OPEN_DELIVERY_POLICY=resend if the receiver dedupes, or PUBLISH_WEBHOOK_LOOKUP_URL if it can be ' +
+        'asked. Will look again.',
+      nextRetryDelay: HELD_RETRY_MS,
+    });
+  }
+
+  /**
+   * Asks the receiver whether a delivery under `key` took effect (PUBLISH_WEBHOOK_LOOKUP_URL): its receipt, 'absent'
+   * when it answers 404, undefined when there is no lookup or it answered nothing usable (then the policy decides).
+   */
+  private async lookUp(
+    key: string,
+    documentId: string,
+    signal: AbortSignal,
+  ): Promise<Receipt | 'absent' | undefined> {
+    const template = this.options.lookupUrl;
+    if (template === undefined) return undefined;
+    const url = template.replace('{key}', encodeURIComponent(key));
+    try {
+      const answer = await getJson(url, {
+        headers: { 'idempotency-key': key, ...(this.sign !== undefined ? this.sign(key, '') : {}) },
+        timeoutMs: this.options.timeoutMs,
+        signal,
+      });
+      if (answer.status === 404) return 'absent';
+      if (answer.status < 200 || answer.status >= 300) return undefined;
+      const body = ReceiptBodySchema.safeParse(safeJson(answer.body));
+      return { documentId, revision: body.success ? (body.data.revision ?? 1) : 1, duplicate: true };
+    } catch (err) {
+      if (signal.aborted) throw err;
+      return undefined;
+    }
   }
 
   private async resendOpenClaims(): Promise<boolean> {

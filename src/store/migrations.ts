@@ -77,4 +77,10 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     name: 'the origin of the receiver that echoed a delivery key',
     sql: `ALTER TABLE delivery_ledger ADD COLUMN echoed_by text`,
   },
+  {
+    version: 3,
+    name: "the version a delivery publishes, so a later run finds an earlier run's open claim on it",
+    sql: `ALTER TABLE delivery_ledger ADD COLUMN text_ref text;
+      CREATE INDEX delivery_ledger_open_version ON delivery_ledger (document_id, text_ref) WHERE state = 'claimed';`,
+  },
 ];
