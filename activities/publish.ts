@@ -1,5 +1,6 @@
 import type { Publisher } from '../src/publisher/types';
-import { parseOrFail, PublishInputSchema } from '../src/contract';
+import { ApplicationFailure } from '@temporalio/activity';
+import { FailureType, parseOrFail, PublishInputSchema } from '../src/contract';
 import type { PublishInput, PublishResult } from '../src/contract';
 import { noMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
@@ -20,7 +21,8 @@ export function createPublish(deps: { publisher: Publisher; metrics?: PipelineMe
     const metrics = deps.metrics ?? noMetrics;
     const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal)).catch(
       (err: unknown) => {
-        metrics.publication('failed');
+        const held = err instanceof ApplicationFailure && err.type === FailureType.DeliveryHeld;
+        metrics.publication(held ? 'held' : 'failed');
         throw err;
       },
     );

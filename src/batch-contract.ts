@@ -125,6 +125,13 @@ export const BatchInputSchema = z
 export type BatchInput = z.input<typeof BatchInputSchema>;
 
 /** The batch's answer to the progress query, and its result. */
+/** A document whose delivery waits for a verdict: its run, its source and the delivery's key. */
+export interface HeldDocument {
+  workflowId: string;
+  source: string;
+  heldKey: string;
+}
+
 export interface BatchProgress {
   total: number;
   /** Entries handed to a run (started or attached) so far. */
@@ -139,6 +146,11 @@ export interface BatchProgress {
   runs: number;
   /** Workflow IDs of the document runs in the window (up to OPEN_LISTED), for a follower's per-document lines. */
   open: string[];
+  /**
+   * The runs in the window whose delivery is held for a verdict (npm run deliveries): they end once it is given.
+   * Optional: batches started before held deliveries were told to them do not have it.
+   */
+  held?: HeldDocument[];
   /**
    * Small batches (up to OPEN_LISTED documents) only: how each document was taken up, by its manifest index:
    * started, started after ending the run of another version (replaced), found done earlier, or found under way

@@ -55,11 +55,28 @@ export type StepName = (typeof STEPS)[number];
 export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
 export type ModelStepName = (typeof MODEL_STEPS)[number];
 
-export const STEP_STATES = ['pending', 'running', 'done', 'failed'] as const;
+/** `held`: the publish step's delivery may have landed unanswered, and waits for a verdict (npm run deliveries). */
+export const STEP_STATES = ['pending', 'running', 'done', 'failed', 'held'] as const;
 export type StepState = (typeof STEP_STATES)[number];
 export interface PipelineProgress {
   documentId: string;
   steps: Record<StepName, StepState>;
+  /** While the publish step is held: the delivery's key, the one to settle. */
+  heldKey?: string;
+}
+
+/** What a run tells its batch when its delivery is held or goes on again. */
+export interface HeldNotice {
+  workflowId: string;
+  /** The delivery's key while held; undefined once it goes on. */
+  heldKey: string | undefined;
+}
+
+/** The key a DeliveryHeld failure names in its details (the delivery to settle). */
+export function heldKeyOf(details: readonly unknown[] | undefined | null): string | undefined {
+  const first: unknown = details?.[0];
+  if (typeof first !== 'object' || first === null || !('heldKey' in first)) return undefined;
+  return typeof first.heldKey === 'string' ? first.heldKey : undefined;
 }
 
 /** Every step pending: the progress of a run that has just started. */

@@ -6,6 +6,7 @@
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
@@ -13,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { batch } from '../workflows';
+import { batch, deliverySettledSignal } from '../workflows';
 import {
   BATCH_SCHEMA_VERSION,
   BatchInputSchema,
@@ -29,7 +30,18 @@ import type { BlobStore } from '../src/documents/blobs';
 import { documentIdOf } from '../src/documents/files';
 import { processDocuments } from '../src/runs/batch';
 import { submitDocument } from '../src/runs/submit';
-import { devServerEnv, installQuietRuntime, pipelineWorker, SAMPLE_TEXT, tempParts, until } from './helpers';
+import {
+  closeServer,
+  devServerEnv,
+  installQuietRuntime,
+  listenOnLoopback,
+  pipelineWorker,
+  SAMPLE_TEXT,
+  scratchLedger,
+  tempParts,
+  until,
+  webhookPublisher,
+} from './helpers';
 import { cleanupAfterAll, scratchDir } from './scratch';
 import type { LocalParts } from './helpers';
 
@@ -470,4 +482,80 @@ describe('readBatchEntries', () => {
       ...entries.slice(8),
     ]);
   });
+});
+
+describe('held deliveries in a batch', () => {
+  it(
+    'ends with its own exit code once only held documents remain, naming them; they finish once settled',
+    { timeout: 120_000 },
+    async () => {
+      const taskQueue = `batch-${randomUUID()}`;
+      const { dir, files } = folderOf(3);
+      const heldId = documentIdOf(files[1] ?? '');
+      // A receiver that ignores keys and loses its answer to the second document's first POST (after applying it).
+      const effects: string[] = [];
+      const receiver = http.createServer((req, res) => {
+        const chunks: Buffer[] = [];
+        req.on('data', (c: Buffer) => chunks.push(c));
+        req.on('end', () => {
+          const { documentId } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { documentId: string };
+          effects.push(documentId);
+          if (documentId === heldId && effects.filter((d) => d === heldId).length === 1)
+            return void req.socket.destroy();
+          res.writeHead(201, { 'content-type': 'application/json' }).end('{"revision": 1}');
+        });
+      });
+      const origin = await listenOnLoopback(receiver);
+      defer(() => closeServer(receiver));
+      const ledger = scratchLedger(defer);
+      const publisher = webhookPublisher(defer, `${origin}/publications`, {
+        ledger,
+        policy: 'hold',
+        timeoutMs: 1_000,
+      });
+      const local = await tempParts(defer, { publisher });
+      const lines: string[] = [];
+
+      const report = await (
+        await pipelineWorker(env, taskQueue, local.deps)
+      ).runUntil(
+        processDocuments(
+          env.client,
+          loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue }),
+          local.blobs,
+          [dir],
+          {
+            everyMs: 200,
+            print: (line) => lines.push(line),
+          },
+        ),
+      );
+
+      assert.equal(report.exitCode, 4, lines.join('\n'));
+      const [key] = (await ledger.openClaims()).map((e) => e.idempotencyKey);
+      assert.ok(key !== undefined, 'no open claim');
+      assert.ok(
+        lines.some((l) =>
+          l.startsWith(`HELD ${files[1]}: npm run deliveries -- resolve ${key} delivered --revision N`),
+        ),
+        lines.join('\n'),
+      );
+      assert.match(
+        lines.join('\n'),
+        /2 of 3 document\(s\) published, 1 held for a verdict on their delivery, 0 failed/,
+      );
+      const run = env.client.workflow.getHandle(workflowIdFor(heldId));
+      assert.equal((await run.describe()).status.name, 'RUNNING');
+
+      // The operator checked the receiver: it has it.
+      assert.equal(
+        await ledger.resolve(key, { delivered: { documentId: heldId, revision: 1, duplicate: true } }),
+        true,
+      );
+      await run.signal(deliverySettledSignal);
+      const result = await (await pipelineWorker(env, taskQueue, local.deps)).runUntil(run.result());
+      assert.equal(result.publication.duplicate, true);
+      assert.equal(effects.filter((d) => d === heldId).length, 1, 'the held delivery was posted again');
+    },
+  );
 });

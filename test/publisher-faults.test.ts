@@ -25,6 +25,7 @@ import {
   listenOnLoopback,
   pipelineInput,
   SAMPLE_TEXT,
+  scratchLedger,
   tempParts,
   timeSkippingEnv,
   withPipeline,
@@ -33,6 +34,7 @@ import {
 import { cleanupAfterAll, tempDir } from './scratch';
 import { relay } from '../src/cli/demo/link';
 import type { StartedPipeline } from './helpers';
+import { deliverySettledSignal, progressQuery } from '../workflows';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
@@ -316,4 +318,43 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       assert.match(errors[0] ?? '', lastFailure);
     });
   }
+
+  it('a held delivery is shown held, outlasts the step budget, and finishes once settled, without a second POST', async () => {
+    const webhook = await faultyWebhook((n) =>
+      n === 1 ? { kind: 'forward-then-reset' } : { kind: 'forward' },
+    );
+    const ledger = scratchLedger(defer);
+    const publisher = webhookPublisher(defer, webhook.url, { timeoutMs: 500, policy: 'hold', ledger });
+    const local = await tempParts(defer, { publisher });
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT, { options: { stepBudgetMinutes: 1 } });
+    await withPipeline(env, local, input, async (handle) => {
+      const key = `${handle.firstExecutionRunId}:publish`;
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        const progress = await handle.query(progressQuery);
+        if (progress.steps.publish === 'held') {
+          assert.equal(progress.heldKey, key);
+          break;
+        }
+        assert.ok(Date.now() < deadline, `never held: ${JSON.stringify(progress)}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      // Three times the step's budget: a held delivery waits for its verdict, not for the budget to run out.
+      await env.sleep('3 minutes');
+      assert.equal((await handle.describe()).status.name, 'RUNNING');
+      assert.equal((await handle.query(progressQuery)).steps.publish, 'held');
+
+      assert.equal(
+        await ledger.resolve(key, {
+          delivered: { documentId: input.documentId, revision: 1, duplicate: true },
+        }),
+        true,
+      );
+      await handle.signal(deliverySettledSignal);
+      const result = await handle.result();
+      assert.deepEqual([result.publication.revision, result.publication.duplicate], [1, true]);
+    });
+    assert.equal(webhook.deliveries.length, 1, 'the held delivery was posted again');
+    assert.equal(await webhook.store.countPublications(), 1);
+  });
 });

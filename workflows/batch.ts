@@ -17,10 +17,10 @@ import {
   OPEN_LISTED,
   tallyResult,
 } from '../src/batch-contract';
-import type { BatchEntry, BatchFailure, BatchProgress } from '../src/batch-contract';
+import type { BatchEntry, BatchFailure, BatchProgress, HeldDocument } from '../src/batch-contract';
 import { FailureType, INPUT_SCHEMA_VERSION, parseOrFail, STEPS, workflowIdFor } from '../src/contract';
 import type { PipelineInput, PipelineResult, StepName } from '../src/contract';
-import { batchProgressQuery } from './queries';
+import { batchProgressQuery, deliveryHeldSignal } from './queries';
 
 const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '1 minute',
@@ -56,6 +56,14 @@ export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
   let next = carried.next;
   let running = 0;
   const open = new Set<string>();
+  // The open runs' sources, and those whose delivery is held (each run says so: deliveryHeldSignal).
+  const sources = new Map<string, string>();
+  const held = new Map<string, HeldDocument>();
+  setHandler(deliveryHeldSignal, ({ workflowId, heldKey }) => {
+    const source = sources.get(workflowId);
+    if (heldKey === undefined || source === undefined) held.delete(workflowId);
+    else held.set(workflowId, { workflowId, source, heldKey });
+  });
 
   const progress = (since = 0): BatchProgress => ({
     total,
@@ -66,6 +74,7 @@ export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
     unlistedFailures: tally.failed - failures.length,
     runs: carried.runs,
     open: [...open].slice(0, OPEN_LISTED),
+    held: [...held.values()],
     handled,
   });
   setHandler(batchProgressQuery, progress);
@@ -107,6 +116,7 @@ export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
     let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
     let replaced = false;
     open.add(workflowId);
+    sources.set(workflowId, entry.source);
     try {
       for (let round = 0; round < ROUNDS; round++) {
         let child;
@@ -154,6 +164,8 @@ export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
       fail(entry, workflowId, describeFailure(err));
     } finally {
       open.delete(workflowId);
+      sources.delete(workflowId);
+      held.delete(workflowId);
     }
   };
 

@@ -1,10 +1,13 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  condition,
+  getExternalWorkflowHandle,
   patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
+  workflowInfo,
 } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
@@ -18,14 +21,15 @@ import type {
 } from '../src/contract';
 import {
   FailureType,
+  heldKeyOf,
   initialProgress,
   isCompletePipelineInput,
   refuseOtherSchemaVersions,
 } from '../src/steps';
-import { progressQuery } from './queries';
-import type { StepName } from '../src/steps';
+import { deliveryHeldSignal, deliverySettledSignal, progressQuery } from './queries';
+import type { PipelineProgress, StepName } from '../src/steps';
 
-export { batchProgressQuery, progressQuery } from './queries';
+export { batchProgressQuery, deliverySettledSignal, progressQuery } from './queries';
 
 /**
  * Retries fit the fault. No attempt cap: a worker that crashes or stalls times its attempts out (heartbeat
@@ -146,21 +150,81 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   // deterministic (the current workflow task's start), fixed in the step's input for all its retries, and later in
   // every later run. Not workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old
   // run's first task, so the reset run would report the same start time as the run it replaces.
-  const published = await step('publish', () =>
-    publish({
-      documentId,
-      title,
-      textRef,
-      summary: summary.summary,
-      tags: tags.tags,
-      model: summary.model,
-      scheduledAt: Date.now(),
-    }),
-  );
+  const publishInput = {
+    documentId,
+    title,
+    textRef,
+    summary: summary.summary,
+    tags: tags.tags,
+    model: summary.model,
+    scheduledAt: Date.now(),
+  };
+  // A held delivery (it may have landed unanswered: a person, or the receiver's lookup, must say) is a state of
+  // the run, shown by its progress and its batch, not a retry that the step budget ends: the run waits for the
+  // verdict as long as it takes, then looks again. Runs started before this change keep retrying it in the step.
+  const published = patched('held-deliveries-wait')
+    ? await step('publish', () => publishUntilSettled(publishInput, budget, progress))
+    : await step('publish', () => publish(publishInput));
   const publication: PublishResult = legacy
     ? legacy.parseOrFail(legacy.PublishResultSchema, published, 'publish result')
     : published;
   return { documentId, title, summary, tags, publication };
+}
+
+/** The first wait of a held delivery before it is looked at again; it doubles up to HELD_MAX_WAIT. */
+const HELD_FIRST_WAIT_MS = 30_000;
+const HELD_MAX_WAIT_MS = 5 * 60_000;
+
+/**
+ * Publishes, waiting out a held delivery: the step fails at once on DeliveryHeld (not retried by the server), the
+ * run shows it held, tells its batch, and waits (a timer, or `npm run deliveries -- resolve` waking it), then
+ * publishes again under the same activity ID, so the same key. Nothing but the verdict ends the wait.
+ */
+async function publishUntilSettled(
+  input: Parameters<PipelineActivities['publish']>[0],
+  budget: Pick<ActivityOptions, 'scheduleToCloseTimeout'>,
+  progress: PipelineProgress,
+): Promise<PublishResult> {
+  const { publish } = proxyActivities<PipelineActivities>({
+    ...publishOptions,
+    ...budget,
+    retry: {
+      ...publishOptions.retry,
+      nonRetryableErrorTypes: [FailureType.PayloadRefused, FailureType.DeliveryHeld],
+    },
+  });
+  let woken = false;
+  setHandler(deliverySettledSignal, () => void (woken = true));
+  const parent = workflowInfo().parent;
+  const tell = async (heldKey: string | undefined): Promise<void> => {
+    if (parent === undefined) return;
+    // The batch may have ended or continued meanwhile: telling it is a courtesy, never a reason to fail.
+    await getExternalWorkflowHandle(parent.workflowId)
+      .signal(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey })
+      .catch(() => undefined);
+  };
+  for (let waitMs = HELD_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS)) {
+    try {
+      const result = await publish(input);
+      if (progress.heldKey !== undefined) await tell(undefined);
+      return result;
+    } catch (err) {
+      const held =
+        err instanceof ActivityFailure &&
+        err.cause instanceof ApplicationFailure &&
+        err.cause.type === FailureType.DeliveryHeld;
+      if (!held) throw err;
+      const heldKey = heldKeyOf(err.cause.details) ?? 'unknown';
+      if (progress.heldKey !== heldKey) {
+        progress.heldKey = heldKey;
+        await tell(heldKey);
+      }
+      progress.steps.publish = 'held';
+      woken = false;
+      await condition(() => woken, waitMs);
+      progress.steps.publish = 'running';
+    }
+  }
 }
 
 /** The input as the worker checked it; a bad input fails the run with the check's own failure, as before. */

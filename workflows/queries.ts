@@ -1,9 +1,15 @@
-import { defineQuery } from '@temporalio/workflow';
+import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { BatchProgress } from '../src/batch-contract';
-import type { PipelineProgress } from '../src/steps';
+import type { HeldNotice, PipelineProgress } from '../src/steps';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
 
 /** The batch's progress: counts, tokens and cost, and the failures listed after the argument's seq. */
 export const batchProgressQuery = defineQuery<BatchProgress, [number?]>('batchProgress');
+
+/** A document's run tells its batch that its delivery is held, or goes on again. */
+export const deliveryHeldSignal = defineSignal<[HeldNotice]>('deliveryHeld');
+
+/** `npm run deliveries -- resolve` tells a held run to look at the ledger again now, not at its next timer. */
+export const deliverySettledSignal = defineSignal('deliverySettled');

@@ -1,5 +1,8 @@
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
+import type { Config } from '../config';
+import { connectClient } from '../temporal/connection';
+import { deliverySettledSignal } from '../../workflows/queries';
 import { runMain } from '../lib/run-main';
 import { describeOpen, resolveDelivery } from '../publisher/reconcile';
 import type { Verdict } from '../publisher/reconcile';
@@ -44,14 +47,35 @@ async function run(): Promise<void> {
   const stores = await openStores(config);
   try {
     if (command === 'resolve' && key !== undefined && typeof verdict !== 'string') {
-      const { ok, message } = await resolveDelivery(stores.ledger, key, verdict, options);
+      const { ok, message, workflowId } = await resolveDelivery(stores.ledger, key, verdict, options);
       (ok ? console.log : console.error)(message);
+      if (workflowId !== undefined) await wake(config, workflowId);
       process.exitCode = ok ? 0 : 1;
     } else {
       for (const line of describeOpen(await stores.ledger.openClaims(), options)) console.log(line);
     }
   } finally {
     await stores.close();
+  }
+}
+
+/**
+ * Tells the document's held run to look at the ledger now rather than at its next timer (up to 5 minutes away).
+ * Without a Temporal server to tell, it only says when the run looks again by itself.
+ */
+async function wake(config: Config, workflowId: string): Promise<void> {
+  try {
+    const { client, close } = await connectClient(config, { connectTimeout: '5 seconds' });
+    try {
+      await client.workflow.getHandle(workflowId).signal(deliverySettledSignal);
+      console.log(`Told ${workflowId}: its publish step looks at the ledger now.`);
+    } finally {
+      await close();
+    }
+  } catch {
+    console.log(
+      `${workflowId} was not told (no Temporal server answered): its publish step looks again within 5 min.`,
+    );
   }
 }
 

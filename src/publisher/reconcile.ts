@@ -50,7 +50,7 @@ export async function resolveDelivery(
   key: string,
   verdict: Verdict,
   options: ReconcileOptions,
-): Promise<{ ok: boolean; message: string }> {
+): Promise<{ ok: boolean; message: string; workflowId?: string }> {
   const open = (await ledger.openClaims()).find((e) => e.idempotencyKey === key);
   if (open === undefined)
     return {
@@ -79,6 +79,7 @@ export async function resolveDelivery(
     };
   return {
     ok: true,
+    workflowId: open.workflowId,
     message:
       verdict.kind === 'unsent'
         ? `${key}: marked not delivered; the held publish step sends it on its next try.`

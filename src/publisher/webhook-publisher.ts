@@ -110,6 +110,7 @@ export class WebhookPublisher implements Publisher {
         `\`npm run deliveries -- resolve ${open} delivered --revision N\` (or \`unsent\` to send it again); ` +
         'set OPEN_DELIVERY_POLICY=resend if the receiver dedupes, or PUBLISH_WEBHOOK_LOOKUP_URL if it can be ' +
         'asked. Will look again.',
+      details: [{ heldKey: open }],
       nextRetryDelay: HELD_RETRY_MS,
     });
   }

@@ -23,6 +23,7 @@ export class BatchProgressDisplay {
   private readonly startedAt = Date.now();
   private lastSeq = 0;
   private lastTenth = -1;
+  private readonly heldShown = new Map<string, string>();
 
   constructor(
     private readonly total: number,
@@ -61,6 +62,15 @@ export class BatchProgressDisplay {
       this.lastSeq = failure.seq;
       this.log(failureLine(failure));
     }
+    // A held delivery is said once, as it starts to wait: it is no failure, and it is not running either.
+    for (const h of progress.held ?? []) {
+      if (this.heldShown.get(h.workflowId) === h.heldKey) continue;
+      this.heldShown.set(h.workflowId, h.heldKey);
+      this.log(
+        `HELD ${h.source}: its delivery ${h.heldKey} may have reached the receiver unanswered; settle it with ` +
+          'npm run deliveries (the run waits, then finishes)',
+      );
+    }
     const ended = progress.tally.done + progress.tally.failed;
     const seconds = (Date.now() - this.startedAt) / 1000;
     const rate = seconds > 0 ? ended / seconds : 0;
@@ -74,7 +84,8 @@ export class BatchProgressDisplay {
     const eta = rate > 0 && ended < this.total ? ` ETA ${Math.ceil((this.total - ended) / rate)} s,` : '';
     this.output.print(
       `progress: ${ended}/${this.total} documents ended (${progress.tally.failed} failed), ` +
-        `${rate.toFixed(1)} docs/s,${eta} ${progress.running} running`,
+        `${rate.toFixed(1)} docs/s,${eta} ${progress.running} running` +
+        `${(progress.held?.length ?? 0) > 0 ? ` (${progress.held?.length} of them held)` : ''}`,
     );
   }
 

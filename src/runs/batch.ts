@@ -5,7 +5,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { batch, batchProgressQuery, progressQuery } from '../../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor, describeFailure, OPEN_LISTED } from '../batch-contract';
-import type { BatchEntry, BatchInput, BatchProgress, BatchTally } from '../batch-contract';
+import type { BatchEntry, BatchInput, BatchProgress, BatchTally, HeldDocument } from '../batch-contract';
 import type { Config } from '../config';
 import { workflowIdFor } from '../contract';
 import type { ModelInfo } from '../contract';
@@ -20,7 +20,7 @@ import type { ProgressOutput } from './batch-progress';
 import { withDecodedResults } from './decode-history';
 import { recoveryReport } from './history';
 import type { RecoveryReport } from './history';
-import { exitCodeOf, printOutcomes } from './result-table';
+import { exitCodeOf, heldLines, printOutcomes } from './result-table';
 import type { DocumentOutcome } from './result-table';
 import { describeProgress } from './submit';
 
@@ -152,7 +152,7 @@ async function runBatch(
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
-  const final = await followBatch(client, calls, handle, total, config.taskQueue, {
+  const { progress: final, heldOnly } = await followBatch(client, calls, handle, total, config.taskQueue, {
     print,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
     everyMs: options.everyMs ?? 1_000,
@@ -160,8 +160,10 @@ async function runBatch(
     resumedBefore: resumed ? attachedAt : undefined,
   });
 
+  // Ended with only held documents under way: their runs go on, and finish once their deliveries are settled.
+  const held = heldOnly ? (final.held ?? []) : [];
   const outcomes = listed
-    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print))]
+    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print, held))]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
   // Stopped while reading the results: their errors say only that.
   signal?.throwIfAborted();
@@ -171,13 +173,16 @@ async function runBatch(
       print,
       options.configuredModel ? { configuredModel: options.configuredModel } : {},
     );
-  else printTally(final, rejected.length, print);
+  else {
+    printTally(final, rejected.length, print);
+    for (const line of heldLines(held)) print(line);
+  }
   const failed = final.tally.failed + rejected.length;
   return {
     batchId,
     outcomes,
     tally: final.tally,
-    exitCode: exitCodeOf(failed, final.tally.superseded),
+    exitCode: exitCodeOf(failed, final.tally.superseded, held.length),
   };
 }
 
@@ -271,9 +276,13 @@ async function followBatch(
     /** When this client attached to a batch under way: what it had taken up before was taken up earlier. */
     resumedBefore: number | undefined;
   },
-): Promise<BatchProgress> {
+): Promise<{ progress: BatchProgress; heldOnly: boolean }> {
   const display = new BatchProgressDisplay(total, options);
   let final: BatchProgress | undefined;
+  // Rounds in a row in which every document under way was held: two end the follow (one could be a moment
+  // before the batch starts the next document).
+  let heldRounds = 0;
+  let heldEnd: BatchProgress | undefined;
   let failure: unknown;
   const shown = new Map<string, string>();
   const titles = new Map(options.perDocument?.map((e) => [workflowIdFor(e.documentId), e.title]));
@@ -289,7 +298,7 @@ async function followBatch(
   const watchdog = new WorkerWatchdog(client, calls, taskQueue, (line) => display.log(line));
   const { stopped } = calls;
   try {
-    while (final === undefined && failure === undefined && !calls.isStopped) {
+    while (final === undefined && failure === undefined && heldEnd === undefined && !calls.isStopped) {
       // While no worker answers, the watchdog looks at the task queue.
       const asked = calls
         .run(() => handle.query(batchProgressQuery, display.seenFailures))
@@ -307,11 +316,15 @@ async function followBatch(
       if (progress !== undefined) {
         display.update(progress);
         watchdog.answered();
+        const held = progress.held?.length ?? 0;
+        heldRounds = held > 0 && progress.running === held ? heldRounds + 1 : 0;
+        if (heldRounds >= 2) heldEnd = progress;
         if (options.perDocument !== undefined) {
           showHandled(progress);
           await showDocuments(client, calls, progress.open, titles, shown, (l) => display.log(l));
         }
       }
+      if (heldEnd !== undefined) break;
       const ended = await batchEnd(client, calls, handle.workflowId);
       if (ended !== undefined) ({ final, failure } = ended);
       else await Promise.race([stopped, sleep(options.everyMs)]);
@@ -321,12 +334,13 @@ async function followBatch(
   }
   // Stopped by the signal, not failed: the batch carries on without this client.
   calls.throwIfStopped();
+  if (heldEnd !== undefined) return { progress: heldEnd, heldOnly: true };
   if (failure !== undefined)
     throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
   if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);
   if (options.perDocument !== undefined) showHandled(final);
   display.update(final);
-  return final;
+  return { progress: final, heldOnly: false };
 }
 
 /**
@@ -430,6 +444,7 @@ async function readOutcomes(
   entries: readonly BatchEntry[],
   since: number,
   print: (line: string) => void,
+  held: readonly HeldDocument[] = [],
 ): Promise<DocumentOutcome[]> {
   const outcomes: DocumentOutcome[] = new Array<DocumentOutcome>(entries.length);
   let nextIndex = 0;
@@ -437,6 +452,10 @@ async function readOutcomes(
     const workflowId = workflowIdFor(entry.documentId);
     const handle = client.workflow.getHandle(workflowId);
     const base = { source: entry.source, title: entry.title, workflowId };
+    // A held run has no result yet, and waiting for one would wait for a person.
+    const heldKey = held.find((h) => h.workflowId === workflowId)?.heldKey;
+    if (heldKey !== undefined)
+      return { ...base, result: undefined, error: undefined, report: undefined, heldKey };
     let report: RecoveryReport | undefined;
     try {
       const runId = (await calls.run(() => handle.describe())).runId;

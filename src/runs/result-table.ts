@@ -14,33 +14,58 @@ export interface DocumentOutcome {
   result: PipelineResult | undefined;
   error: string | undefined;
   report: RecoveryReport | undefined;
+  /** Its run waits for a verdict on its delivery under this key (npm run deliveries): not ended, not failed. */
+  heldKey?: string;
 }
 
-/** How a document ended: published, superseded (a newer run of it had published first), or failed. */
-export type DocumentStatus = 'published' | 'superseded' | 'failed';
+/**
+ * How a document ended: published, superseded (a newer run of it had published first), failed, or held (its
+ * delivery may have landed unanswered; its run goes on once a person or the receiver's lookup says).
+ */
+export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held';
+
+/** The exit code of a batch that ended with deliveries held for a verdict, and nothing failed. */
+export const HELD_EXIT_CODE = 4;
 
 /** The status of one document. A superseded publication was answered, not written: it is never "published". */
 export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
+  if (outcome.heldKey !== undefined) return 'held';
   if (outcome.result === undefined) return 'failed';
   return outcome.result.publication.superseded === true ? 'superseded' : 'published';
 }
 
 /**
- * The exit code of a batch: 1 when a document failed, 3 when none failed but a publication was superseded by a
- * newer run of its document (nothing to retry, but this batch's text is not what the target holds), else 0.
+ * The exit code of a batch: 1 when a document failed; 4 when none failed but deliveries are held for a verdict
+ * (their runs end once it is given); 3 when a publication was superseded by a newer run of its document (nothing
+ * to retry, but this batch's text is not what the target holds); else 0.
  */
 export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
   const statuses = outcomes.map(documentStatus);
   return exitCodeOf(
     statuses.filter((s) => s === 'failed').length,
     statuses.filter((s) => s === 'superseded').length,
+    statuses.filter((s) => s === 'held').length,
   );
 }
 
 /** exitCodeFor from counts, for a batch that counted its documents rather than listing them. */
-export function exitCodeOf(failed: number, superseded: number): number {
+export function exitCodeOf(failed: number, superseded: number, held = 0): number {
   if (failed > 0) return 1;
+  if (held > 0) return HELD_EXIT_CODE;
   return superseded > 0 ? 3 : 0;
+}
+
+/** The lines that say which deliveries wait for a verdict and how to give it. */
+export function heldLines(held: readonly { source: string; heldKey: string }[]): string[] {
+  if (held.length === 0) return [];
+  return [
+    `${held.length} delivery(ies) held: each may have reached the receiver without an answer, and sending it ` +
+      'again could publish twice. Check the receiver for each key, then settle it; its run finishes by itself:',
+    ...held.map(
+      (h) =>
+        `HELD ${h.source}: npm run deliveries -- resolve ${h.heldKey} delivered --revision N   (or ... unsent)`,
+    ),
+  ];
 }
 
 /** The status column: `published r2`, `SUPERSEDED by r3`, `FAILED`. */
@@ -53,6 +78,8 @@ function statusCell(outcome: DocumentOutcome): string {
       return `SUPERSEDED by r${revision}`;
     case 'failed':
       return 'FAILED';
+    case 'held':
+      return 'HELD';
   }
 }
 
@@ -140,9 +167,14 @@ export function printOutcomes(
   print('');
   const superseded =
     count('superseded') > 0 ? ` ${count('superseded')} superseded by a newer run (not written),` : '';
+  const held = count('held') > 0 ? ` ${count('held')} held for a verdict on their delivery,` : '';
   print(
-    `${count('published')} of ${outcomes.length} document(s) published,${superseded} ${count('failed')} failed.`,
+    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held} ${count('failed')} failed.`,
   );
+  for (const line of heldLines(
+    outcomes.flatMap((o) => (o.heldKey !== undefined ? [{ source: o.source, heldKey: o.heldKey }] : [])),
+  ))
+    print(line);
   for (const o of outcomes) {
     if (documentStatus(o) === 'superseded')
       print(

@@ -112,7 +112,13 @@ export async function submitDocument(
   );
 }
 
-const MARK: Record<StepState, string> = { pending: '·', running: '…', done: '✓', failed: '✗' };
+const MARK: Record<StepState, string> = {
+  pending: '·',
+  running: '…',
+  done: '✓',
+  failed: '✗',
+  held: '⏸ held',
+};
 
 /**
  * Prints each step's state change for every unfinished run until all have ended. Progress comes from the

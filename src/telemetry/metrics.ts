@@ -9,7 +9,8 @@ import type { ModelInfo, StepName, Usage } from '../contract';
 import { closeServer } from '../lib/loopback';
 
 /** What became of one publish attempt. */
-export type PublicationOutcome = 'published' | 'duplicate' | 'superseded' | 'failed';
+/** `held`: a delivery that may have landed unanswered, waiting for a verdict (npm run deliveries). */
+export type PublicationOutcome = 'published' | 'duplicate' | 'superseded' | 'held' | 'failed';
 
 /** The hooks the activities call; every one is cheap and never throws. */
 export interface PipelineMetrics {
@@ -78,7 +79,7 @@ export function pipelineMetrics(registry: Registry): PipelineMetrics {
     }),
     new Counter({
       name: 'pipeline_publications_total',
-      help: 'Publish attempts by outcome: published, duplicate (the key was known), superseded, failed',
+      help: 'Publish attempts by outcome: published, duplicate (the key was known), superseded, held (waiting for a verdict: npm run deliveries), failed',
       labelNames: ['outcome'],
       registers: [registry],
     }),
