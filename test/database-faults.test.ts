@@ -5,7 +5,6 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import net from 'node:net';
 import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
@@ -17,52 +16,19 @@ import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
 import { migrate } from '../src/lib/postgres';
 import { completion, modelServerFor, openAIModel, SAMPLE_TEXT, SUMMARY, tempParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
+import { tcpLink } from './tcp-link';
 import { freshDatabase, onDatabase, TEST_DATABASE_URL } from './postgres';
 
 const defer = cleanupAfterAll();
 
-/** A TCP link to the test PostgreSQL that can drop every connection and refuse new ones for a while. */
+/** The test PostgreSQL's database `url`, reached through a TCP link that can refuse connections for a while. */
 async function databaseLink(url: string): Promise<{ url: string; blip: (ms: number) => Promise<void> }> {
   const target = new URL(url);
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((inbound) => {
-    const outbound = net.connect(Number(target.port || 5432), target.hostname);
-    for (const socket of [inbound, outbound]) {
-      sockets.add(socket);
-      socket.on('close', () => sockets.delete(socket));
-      socket.on('error', () => socket.destroy());
-    }
-    inbound.pipe(outbound).pipe(inbound);
-    inbound.on('close', () => outbound.destroy());
-    outbound.on('close', () => inbound.destroy());
-  });
-  const listen = (port: number): Promise<number> =>
-    new Promise((resolve) =>
-      server.listen(port, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)),
-    );
-  const port = await listen(0);
-  defer(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  );
+  const link = await tcpLink(defer, `${target.hostname}:${target.port || '5432'}`);
   const linked = new URL(url);
-  linked.hostname = '127.0.0.1';
-  linked.port = String(port);
-  return {
-    url: linked.toString(),
-    // Closed, the port refuses connections (ECONNREFUSED), as a database that is down does.
-    async blip(ms) {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const socket of sockets) socket.destroy();
-      });
-      await new Promise((resolve) => setTimeout(resolve, ms));
-      await listen(port);
-    },
-  };
+  linked.hostname = link.host;
+  linked.port = String(link.port);
+  return { url: linked.toString(), blip: (ms) => link.refuseFor(ms) };
 }
 
 /** Terminates every connection to the database of `url` but the caller's: what a failover does to a pool. */

@@ -18,6 +18,7 @@ async function openClaim() {
     workflowId: 'document-d',
     documentId: 'd',
     version: VERSION,
+    inFlightMs: 0,
   };
   await ledger.claim(delivery, 'worker-a');
   return { ledger, key: delivery.idempotencyKey };
@@ -57,7 +58,7 @@ describe('npm run deliveries', () => {
     assert.equal(done.ok, true, done.message);
     assert.deepEqual(
       await ledger.claim(
-        { idempotencyKey: key, workflowId: 'document-d', documentId: 'd', version: VERSION },
+        { idempotencyKey: key, workflowId: 'document-d', documentId: 'd', version: VERSION, inFlightMs: 0 },
         'worker-b',
       ),
       {

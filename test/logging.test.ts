@@ -89,7 +89,8 @@ async function flakyWebhook(failures: number): Promise<string> {
 /** A run of the pipeline whose publish fails twice with 503; its metrics and its run ID. */
 async function runWithFlakyPublish() {
   const metrics = new Registry();
-  const publisher = webhookPublisher(defer, await flakyWebhook(2));
+  // A 503 proves nothing (the claim stays open): the receiver behind dedupes, so the retry sends it again.
+  const publisher = webhookPublisher(defer, await flakyWebhook(2), { policy: 'resend' });
   const local = await tempParts(defer, { publisher });
   const deps = { ...local.deps, metrics: pipelineMetrics(metrics) };
   const input = await pipelineInput(local.blobs, SAMPLE_TEXT);

@@ -536,6 +536,7 @@ describe('publish target: the lookup by key', () => {
         workflowId: `document-${doc.documentId}`,
         documentId: doc.documentId,
         version: doc.textRef,
+        inFlightMs: 0,
       },
       'dead-worker',
     );

@@ -156,6 +156,7 @@ function delivery(): Delivery {
     workflowId,
     documentId: `doc-${randomUUID()}`,
     version: `sha256:${'1'.repeat(64)}`,
+    inFlightMs: 0,
   };
 }
 
@@ -531,6 +532,19 @@ function storeContract(backend: Backend): void {
         assert.deepEqual(await stores.ledger.claim(otherVersion, 'run-3-attempt'), { kind: 'fresh' });
         await stores.ledger.resolve(first.idempotencyKey, 'unsent');
         assert.deepEqual(await stores.ledger.claim(again, 'run-2-attempt'), { kind: 'fresh' });
+      });
+
+      it("leaves another run's claim whose POST may still be under way to its own attempt, until it is noted as ended", async () => {
+        const first = delivery();
+        await stores.ledger.claim(first, 'run-1-attempt');
+        const again = { ...first, idempotencyKey: `${first.workflowId}/run-2:publish`, inFlightMs: 60_000 };
+        assert.deepEqual(await stores.ledger.claim(again, 'run-2-attempt'), { kind: 'fresh' });
+        const third = { ...first, idempotencyKey: `${first.workflowId}/run-3:publish`, inFlightMs: 60_000 };
+        await stores.ledger.note(first.idempotencyKey, 'no answer within 15000 ms');
+        assert.equal(
+          openEntry(await stores.ledger.claim(third, 'run-3-attempt')).idempotencyKey,
+          first.idempotencyKey,
+        );
       });
 
       it("records a receipt for a run that settled through an earlier run's delivery", async () => {

@@ -124,8 +124,12 @@ async function seedRun(stores: Stores, kind: 'open' | 'closed'): Promise<SeededR
   });
   const settledKey = `${runId}:publish`;
   assert.equal(
-    (await stores.ledger.claim({ idempotencyKey: settledKey, workflowId, documentId, version: 'v1' }, 'seed'))
-      .kind,
+    (
+      await stores.ledger.claim(
+        { idempotencyKey: settledKey, workflowId, documentId, version: 'v1', inFlightMs: 0 },
+        'seed',
+      )
+    ).kind,
     'fresh',
   );
   await stores.ledger.delivered(
@@ -164,6 +168,7 @@ async function seedScenario(stores: Stores) {
       workflowId: closed.workflowId,
       documentId: closed.documentId,
       version: 'v2',
+      inFlightMs: 0,
     },
     'seed',
   );
@@ -175,7 +180,13 @@ async function seedScenario(stores: Stores) {
 async function remaining(stores: Stores, run: SeededRun) {
   const memo = await stores.memo.claim(run.memoRequest, 'look', 1);
   const ledger = await stores.ledger.claim(
-    { idempotencyKey: run.settledKey, workflowId: run.workflowId, documentId: run.documentId, version: 'v1' },
+    {
+      idempotencyKey: run.settledKey,
+      workflowId: run.workflowId,
+      documentId: run.documentId,
+      version: 'v1',
+      inFlightMs: 0,
+    },
     'look',
   );
   return {

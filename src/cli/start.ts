@@ -38,21 +38,22 @@ async function run(): Promise<void> {
       deps,
       dataConverter,
     });
-    console.log(
-      `Worker ${worker.options.identity}: model ${deps.model.info.provider}/${deps.model.info.model}, ` +
-        `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
-        `state in ${stores.backend === 'postgres' ? 'PostgreSQL' : config.dataDir}`,
-    );
     const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
     // A second Ctrl-C does not wait: the steps cut off rerun on the next start, the server stops on exit.
     drainOnSignals(worker, {
-      announce: (line) => {
-        interrupted = true;
+      announce: (line, signal) => {
+        // Ctrl-C ends with 130 once the steps under way are recorded; a SIGTERM (a deploy) as a stopped job does.
+        interrupted = signal === 'SIGINT';
         console.log(
           `\n${line}. Finished steps are recorded in ${checkpoint}; run npm start again to resume.`,
         );
       },
     });
+    console.log(
+      `Worker ${worker.options.identity}: model ${deps.model.info.provider}/${deps.model.info.model}, ` +
+        `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
+        `state in ${stores.backend === 'postgres' ? 'PostgreSQL' : config.dataDir}`,
+    );
     let outcomes;
     const report = processDocuments(client, config, stores.blobs, paths, {
       since,

@@ -25,8 +25,10 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
       if (claim !== 'take') return claim;
       const earlier = await db.query(
         `SELECT ${COLUMNS} FROM delivery_ledger WHERE document_id = $1 AND text_ref = $2 AND state = 'claimed'
-           AND idempotency_key <> $3 ORDER BY updated_at LIMIT 1`,
-        [delivery.documentId, delivery.version, delivery.idempotencyKey],
+           AND idempotency_key <> $3
+           AND (last_error IS NOT NULL OR updated_at <= now() - $4 * interval '1 millisecond')
+         ORDER BY updated_at LIMIT 1`,
+        [delivery.documentId, delivery.version, delivery.idempotencyKey, delivery.inFlightMs],
       );
       if (earlier.rows[0] !== undefined) return { kind: 'open', entry: ledgerEntry(earlier.rows[0]) };
       await db.query(
@@ -40,7 +42,7 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
 
   async retake(idempotencyKey: string, owner: string): Promise<void> {
     await this.pool.query(
-      `UPDATE delivery_ledger SET owner = $2, attempts = attempts + 1, updated_at = now()
+      `UPDATE delivery_ledger SET owner = $2, attempts = attempts + 1, last_error = NULL, updated_at = now()
        WHERE idempotency_key = $1 AND state = 'claimed'`,
       [idempotencyKey, owner],
     );

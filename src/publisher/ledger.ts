@@ -37,6 +37,12 @@ export interface Delivery {
   documentId: string;
   /** The version published (the text's reference): another run's open claim on it is this delivery's too. */
   version: string;
+  /**
+   * How long another run's claim may still have its POST under way (the request timeout and a grace), unless its
+   * attempt already said it ended unanswered: such a claim is its own attempt's to settle (a run a reset replaced,
+   * still sending; the receiver orders the two), not one this delivery inherits.
+   */
+  inFlightMs: number;
 }
 
 export const ReceiptRecordSchema = z.object({
@@ -177,9 +183,9 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
       const earlier = this.db
         .prepare(
           `SELECT ${COLUMNS} FROM delivery_ledger WHERE document_id = ? AND text_ref = ? AND state = 'claimed'
-             AND idempotency_key <> ? ORDER BY updated_at LIMIT 1`,
+             AND idempotency_key <> ? AND (last_error IS NOT NULL OR updated_at <= ?) ORDER BY updated_at LIMIT 1`,
         )
-        .get(delivery.documentId, delivery.version, delivery.idempotencyKey);
+        .get(delivery.documentId, delivery.version, delivery.idempotencyKey, now - delivery.inFlightMs);
       if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier) };
       this.db
         .prepare(
@@ -195,7 +201,7 @@ export class SqliteDeliveryLedger implements DeliveryLedger {
   async retake(idempotencyKey: string, owner: string): Promise<void> {
     this.db
       .prepare(
-        `UPDATE delivery_ledger SET owner = ?, attempts = attempts + 1, updated_at = ?
+        `UPDATE delivery_ledger SET owner = ?, attempts = attempts + 1, last_error = NULL, updated_at = ?
          WHERE idempotency_key = ? AND state = 'claimed'`,
       )
       .run(owner, Date.now(), idempotencyKey);

@@ -18,6 +18,9 @@ const ReceiptBodySchema = z
   })
   .loose();
 
+/** How long past its request timeout a POST may still be under way (a slow network, a busy worker). */
+const IN_FLIGHT_GRACE_MS = 5_000;
+
 /** How long a held delivery waits before it looks at the ledger again (an operator may have resolved it). */
 const HELD_RETRY_MS = 30_000;
 
@@ -67,6 +70,7 @@ export class WebhookPublisher implements Publisher {
       workflowId: workflowIdFor(publication.documentId),
       documentId: publication.documentId,
       version: publication.textRef,
+      inFlightMs: this.options.timeoutMs + IN_FLIGHT_GRACE_MS,
     };
     // Twice at most: a lookup that finds an open claim never arrived settles it, and the claim is made again.
     for (let round = 1; ; round++) {
@@ -180,10 +184,11 @@ export class WebhookPublisher implements Publisher {
         return response;
       });
     } catch (err) {
-      // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open.
-      if (failedBeforeSending(err)) {
-        await ledger.unsent(idempotencyKey, err.message);
-      }
+      // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open, noted as
+      // ended unanswered (a later run of the same version then takes it as its own to settle).
+      if (failedBeforeSending(err)) await ledger.unsent(idempotencyKey, err.message);
+      else if (!signal.aborted)
+        await ledger.note(idempotencyKey, err instanceof Error ? err.message : String(err));
       throw err;
     }
     if (answer.status >= 200 && answer.status < 300) {

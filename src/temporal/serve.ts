@@ -34,6 +34,10 @@ export async function servePipeline(
       dataConverter: dataConverterFor(config),
       ...options,
     });
+    drainOnSignals(worker, {
+      announce: (line) => logger().warn(`${line}; unfinished steps resume on the next worker`),
+      note: (line) => logger().info(line),
+    });
     // The readiness line, on stdout for whoever supervises the process (src/cli/demo/worker-process.ts waits for
     // it); the logs go to stderr.
     console.log(
@@ -41,10 +45,6 @@ export async function servePipeline(
         `(namespace ${endpoint.namespace}; model ${deps.model.info.provider}/${deps.model.info.model}; ` +
         `publisher ${deps.publisher.kind}; state in ${parts.stores.backend}). Ctrl-C stops it; unfinished steps resume on the next worker.`,
     );
-    drainOnSignals(worker, {
-      announce: (line) => logger().warn(`${line}; unfinished steps resume on the next worker`),
-      note: (line) => logger().info(line),
-    });
     await worker.run();
     logger().info(`Worker ${worker.options.identity} stopped: the steps it finished are recorded`);
   } finally {

@@ -10,8 +10,8 @@ const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 const RELAY_WINDOW_MS = 3_000;
 
 export interface DrainOptions {
-  /** Says the worker is stopping, once, at the first signal. */
-  announce: (line: string) => void;
+  /** Says the worker is stopping, once, at the first signal (which it is given). */
+  announce: (line: string, signal: NodeJS.Signals) => void;
   /** Says a later signal was taken as the same request (default: nothing). */
   note?: (line: string) => void;
   /** Whether a person is at a terminal, who may press Ctrl-C again on purpose (default: stdin is a TTY). */
@@ -48,6 +48,7 @@ export function drainOnSignals(
       announce(
         `${signal}: stopping once the steps under way finish (up to ${SHUTDOWN_GRACE_MS / 1000} s)` +
           (interactive ? '; Ctrl-C again stops now, and they run again on the next worker' : ''),
+        signal,
       );
       if (worker.getState() === 'RUNNING') worker.shutdown();
       return;

@@ -41,15 +41,23 @@ export function startWorkerProcess(
     script = WORKER_SCRIPT,
     readyTimeoutMs = 120_000,
     viaNpm = false,
-  }: { script?: string; readyTimeoutMs?: number; viaNpm?: boolean } = {},
+    wrapper = [],
+  }: {
+    script?: string;
+    readyTimeoutMs?: number;
+    viaNpm?: boolean;
+    /** A command the worker runs under, e.g. `['ip', 'netns', 'exec', name]` (with `viaNpm`). */
+    wrapper?: string[];
+  } = {},
 ): Promise<WorkerProcess> {
   const options = {
     cwd: path.join(__dirname, '..', '..', '..'),
     env,
     stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'],
   };
+  const npm = [...wrapper, 'npm', 'run', '--silent', 'worker'];
   const child = viaNpm
-    ? spawn('npm', ['run', '--silent', 'worker'], { ...options, detached: true })
+    ? spawn(npm[0] ?? 'npm', npm.slice(1), { ...options, detached: true })
     : spawn(process.execPath, ['--import', 'tsx', script], options);
   let output = '';
   const exited = new Promise<string>((resolve) => {
