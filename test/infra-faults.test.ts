@@ -31,6 +31,7 @@ import { completion, startModelServer } from '../src/cli/demo/model-server';
 import type { ModelServer } from '../src/cli/demo/model-server';
 import { workflowIdFor } from '../src/contract';
 import { documentIdOf } from '../src/documents/files';
+import { recoveryReport } from '../src/runs/history';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import { devServerEnv, SAMPLE_TEXT } from './helpers';
 import { networkNamespace } from './netns';
@@ -142,6 +143,36 @@ function runPipeline(dir: string, envVars: Record<string, string>, deadlineMs = 
   );
 }
 
+/** Runs `npm run <args>` to its end with these settings. */
+function npmRun(
+  args: string[],
+  envVars: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve) => {
+    const child = spawn('npm', ['run', '--silent', ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...envVars },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (c: Buffer) => (output += c.toString('utf8')));
+    child.stderr.on('data', (c: Buffer) => (output += c.toString('utf8')));
+    child.once('exit', (code) => resolve({ code, output }));
+  });
+}
+
+/** The keys of the deliveries the ledger holds open. */
+async function openClaims(databaseUrl: string): Promise<string[]> {
+  const keys: string[] = [];
+  await onDatabase(databaseUrl, async (client) => {
+    const result = await client.query<{ idempotency_key: string }>(
+      "SELECT idempotency_key FROM delivery_ledger WHERE state = 'claimed'",
+    );
+    keys.push(...result.rows.map((r) => r.idempotency_key));
+  });
+  return keys;
+}
+
 /** Keys the model answered more than once: each is a paid answer paid again. */
 function paidTwice(model: ModelServer): string[] {
   const answered = new Map<string, number>();
@@ -193,7 +224,7 @@ async function scenario(receiverOptions: ReceiverOptions, { modelDelayMs = 1_500
     OPENAI_API_KEY: '',
     PUBLISH_WEBHOOK_URL: receiver.url,
     PUBLISH_REQUEST_TIMEOUT_MS: '3000',
-    LOG_LEVEL: 'warn',
+    LOG_LEVEL: 'info',
     ...over,
   });
   const startWorker = async (
@@ -248,8 +279,9 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
       const faults: string[] = [];
       for (let i = 0; i < 3; i++) {
         await until(() => s.model.open().length > 0, 'a model call in flight');
+        const open = s.model.open().length;
         await link.refuseFor(2_500);
-        faults.push(`refused 2.5 s with ${s.model.open().length} call(s) open`);
+        faults.push(`refused 2.5 s with ${open} model call(s) open`);
       }
       await until(() => s.receiver.effects.length > 0, 'a publish');
       await onDatabase(TEST_DATABASE_URL, (client) =>
@@ -323,11 +355,12 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
       await s.startWorker();
       const run = await runPipeline(dir, s.settings());
       assert.equal(run.code, 1, run.output);
-      assert.equal(
-        (run.output.match(/^FAILED .*redirecting to http:\/\/127\.0\.0\.1:\d+\/elsewhere/gm) ?? []).length,
-        ids.length,
-        run.output,
+      const named = new Set(
+        [
+          ...run.output.matchAll(/^FAILED (\S+): .*redirecting to http:\/\/127\.0\.0\.1:\d+\/elsewhere;/gm),
+        ].map((m) => m[1]),
       );
+      assert.equal(named.size, ids.length, run.output);
       assert.equal(elsewhere, 0, 'the POST (or a GET) went to the Location');
       assert.deepEqual(paidTwice(s.model), []);
       assert.deepEqual(s.crashed(), []);
@@ -356,38 +389,36 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
       first = await s.startWorker();
       const run = await running;
       assert.equal(run.code, 4, run.output);
-      const held = [...run.output.matchAll(/^HELD (\S+): npm run deliveries -- resolve (\S+) delivered/gm)];
-      assert.equal(held.length, 1, run.output);
-      const key = held[0]?.[2] ?? '';
-      // The operator checks the receiver's own log, then settles it the documented way.
-      assert.ok(
-        s.receiver.effects.some((e) => e.key === key),
-        'the held key never reached the receiver',
-      );
-      const settle = await new Promise<{ code: number | null; output: string }>((resolve) => {
-        const child = spawn(
-          'npm',
-          ['run', '--silent', 'deliveries', '--', 'resolve', key, 'delivered', '--revision', '1'],
-          {
-            cwd: ROOT,
-            env: { ...process.env, ...s.settings() },
-            stdio: ['ignore', 'pipe', 'pipe'],
-          },
-        );
-        let output = '';
-        child.stdout.on('data', (c: Buffer) => (output += c.toString('utf8')));
-        child.stderr.on('data', (c: Buffer) => (output += c.toString('utf8')));
-        child.once('exit', (code) => resolve({ code, output }));
-      });
-      assert.equal(settle.code, 0, settle.output);
-      const heldId =
-        ids.find((id) => s.receiver.effects.some((e) => e.key === key && e.documentId === id)) ?? '';
-      await env.client.workflow.getHandle(workflowIdFor(heldId)).result();
+      const held = [
+        ...run.output.matchAll(/^HELD (\S+): npm run deliveries -- resolve (\S+) delivered/gm),
+      ].map((m) => m[2] ?? '');
+      assert.ok(held.length >= 1, run.output);
+      // The held keys are exactly the open claims: none held without being shown.
+      const open = await openClaims(s.databaseUrl);
+      assert.deepEqual([...held].sort(), [...open].sort(), run.output);
+      // The operator checks the receiver's own log for each, then settles it the documented way: delivered when
+      // the receiver has it, unsent when it does not (once the claim's POST cannot be under way any more).
+      const verdicts: string[] = [];
+      for (const key of held) {
+        const landed = s.receiver.effects.some((e) => e.key === key);
+        const args = landed ? ['delivered', '--revision', '1'] : ['unsent'];
+        const deadline = Date.now() + 60_000;
+        for (;;) {
+          const settle = await npmRun(['deliveries', '--', 'resolve', key, ...args], s.settings());
+          if (settle.code === 0) break;
+          assert.ok(Date.now() < deadline && /may still be under way/.test(settle.output), settle.output);
+          await sleep(1_000);
+        }
+        verdicts.push(landed ? 'delivered' : 'unsent');
+      }
+      for (const id of ids) await env.client.workflow.getHandle(workflowIdFor(id)).result();
+      assert.deepEqual(await openClaims(s.databaseUrl), []);
       assert.deepEqual(notOnce(ids, s.receiver.effects), []);
       assert.deepEqual(s.crashed(), []);
       log(
         'silent dedupe',
-        `1 SIGKILL after a POST; 1 delivery held, shown with its command (exit 4), settled; ${s.receiver.effects.length} effects for ${ids.length} documents`,
+        `1 SIGKILL after a POST; ${held.length} delivery(ies) held, each shown with its command (exit 4), settled ` +
+          `(${verdicts.join(', ')}); ${s.receiver.effects.length} effects for ${ids.length} documents`,
       );
     },
   );
@@ -421,17 +452,31 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
       await until(() => s.model.open().length >= 2, 'model calls in flight on the worker in the namespace');
       temporal.partition(true);
       const since = Date.now();
-      await s.startWorker();
+      const takeover = await s.startWorker();
+      // Past the heartbeat timeout (10 s) and the first retry's wait: the server hands the steps to the other worker.
       await sleep(15_000);
+      const cutFor = Date.now() - since;
       temporal.partition(false);
       const run = await running;
       assert.equal(run.code, 0, run.output);
+      // The steps were taken over (a later attempt, on the other worker), and the calls were still paid once.
+      const reports = await Promise.all(
+        ids.map(async (id) =>
+          recoveryReport(await env.client.workflow.getHandle(workflowIdFor(id)).fetchHistory()),
+        ),
+      );
+      const takenOver = reports
+        .flatMap((r) => r.steps)
+        .filter((step) => step.attempts > 1 && step.worker === takeover.identity);
+      assert.ok(takenOver.length > 0, `no step was handed to the other worker: ${JSON.stringify(reports)}`);
       assert.deepEqual(paidTwice(s.model), []);
       assert.deepEqual(notOnce(ids, s.receiver.effects), []);
       assert.deepEqual(s.crashed(), [], `${cutOff.output()}`);
       log(
         'partition',
-        `worker cut off from Temporal for ${((Date.now() - since) / 1000).toFixed(0)} s with calls in flight; ${s.model.requests.length} model calls, ${s.receiver.effects.length} effects for ${ids.length} documents`,
+        `worker cut off from Temporal for ${(cutFor / 1000).toFixed(0)} s with calls in flight; ${takenOver.length} ` +
+          `step(s) taken over by the other worker; ${s.model.requests.length} model calls, ` +
+          `${s.receiver.effects.length} effects for ${ids.length} documents`,
       );
     },
   );
@@ -448,7 +493,7 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
       const inFlight = s.model.open().length;
       process.kill(-(old.child.pid ?? 0), 'SIGTERM');
       await sleep(500);
-      if (old.child.exitCode === null) process.kill(-(old.child.pid ?? 0), 'SIGTERM');
+      signalGroup(-(old.child.pid ?? 0), 'SIGTERM'); // npm is gone by now (it ends at once), the worker is not
       await s.startWorker();
       await old.exited;
       s.workers.splice(s.workers.indexOf(old), 1); // stopped on purpose
@@ -465,3 +510,12 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
     },
   );
 });
+
+/** Signals a process group, if any of it is left. */
+function signalGroup(group: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(group, signal);
+  } catch {
+    // The whole group has ended.
+  }
+}

@@ -87,8 +87,20 @@ describe('npm scripts', () => {
   });
 
   it('server runs the embedded server in the foreground', () => {
-    assert.equal(scripts.server, 'tsx src/cli/server.ts');
+    assert.equal(scripts.server, 'node --import tsx src/cli/server.ts');
     assert.ok(fs.existsSync(path.join(ROOT, 'src/cli/server.ts')));
+  });
+
+  it('runs the entry points that drain on a signal under node itself, not under the tsx command', () => {
+    // The tsx command relays a signal to its child and SIGKILLs it when the child has not said, within ~60 ms, that
+    // it got the signal: a busy worker was killed mid-call by a deploy's SIGTERM to its group.
+    for (const name of ['start', 'worker', 'server', 'pipeline', 'publish-target']) {
+      assert.match(
+        scripts[name] ?? '',
+        /^node --import tsx src\/cli\/[a-z-]+\.ts$/,
+        `${name}: ${scripts[name]}`,
+      );
+    }
   });
 });
 

@@ -452,10 +452,6 @@ async function readOutcomes(
     const workflowId = workflowIdFor(entry.documentId);
     const handle = client.workflow.getHandle(workflowId);
     const base = { source: entry.source, title: entry.title, workflowId };
-    // A held run has no result yet, and waiting for one would wait for a person.
-    const heldKey = held.find((h) => h.workflowId === workflowId)?.heldKey;
-    if (heldKey !== undefined)
-      return { ...base, result: undefined, error: undefined, report: undefined, heldKey };
     let report: RecoveryReport | undefined;
     try {
       const runId = (await calls.run(() => handle.describe())).runId;
@@ -467,6 +463,9 @@ async function readOutcomes(
     } catch (err) {
       print(`${entry.source}: no recovery report (${describeFailure(err).reason})`);
     }
+    // A held run has no result yet, and waiting for one would wait for a person.
+    const heldKey = held.find((h) => h.workflowId === workflowId)?.heldKey;
+    if (heldKey !== undefined) return { ...base, result: undefined, error: undefined, report, heldKey };
     try {
       return { ...base, result: await calls.run(() => handle.result()), error: undefined, report };
     } catch (err) {
