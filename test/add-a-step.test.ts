@@ -14,7 +14,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { installQuietRuntime, SAMPLE_TEXT, silentLogger, timeSkippingEnv } from './helpers';
-import { cleanupAfterAll, scratchDir } from './scratch';
+import { cleanupAfterAll, copyRepository, scratchDir } from './scratch';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();
@@ -37,21 +37,6 @@ function diffBlocks(markdown: string): string[] {
 /** The files a patch writes (its `+++ b/<path>` lines). */
 function filesOf(patch: string): string[] {
   return [...patch.matchAll(/^\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? '');
-}
-
-/** A copy of the working tree (tracked files and new ones git does not ignore) in `dir`, sharing this checkout's node_modules. */
-function copyRepository(dir: string): void {
-  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  })
-    .split('\0')
-    .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
-  for (const file of files) {
-    fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
-    fs.copyFileSync(path.join(ROOT, file), path.join(dir, file));
-  }
-  fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
 }
 
 /** Every file under `dir` (relative paths), node_modules left out. */

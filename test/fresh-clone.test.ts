@@ -5,29 +5,14 @@
  * `.tools/venv`, one line each, and the file must pass.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { cleanupAfterAll, scratchDir } from './scratch';
+import { cleanupAfterAll, copyRepository, scratchDir } from './scratch';
 
 const ROOT = path.resolve(__dirname, '..');
 const defer = cleanupAfterAll();
-
-/** The files a clone of this working tree holds: tracked ones and new ones git does not ignore. */
-function copyWorkingTree(to: string): void {
-  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  })
-    .split('\n')
-    .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
-  for (const file of files) {
-    fs.mkdirSync(path.dirname(path.join(to, file)), { recursive: true });
-    fs.copyFileSync(path.join(ROOT, file), path.join(to, file));
-  }
-  fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(to, 'node_modules'));
-}
 
 /** PATH without any folder that holds a Temporal binary (and without the project's own tools folder). */
 function pathWithoutTemporal(): string {
@@ -73,7 +58,7 @@ describe('npm test on a fresh clone (no .tools/, no TEMPORAL_*, no Temporal bina
     { timeout: 420_000 },
     async () => {
       const clone = scratchDir(defer, 'fresh-clone-');
-      copyWorkingTree(clone);
+      copyRepository(clone);
       fs.writeFileSync(path.join(clone, 'test', 'probe.test.ts'), PROBE);
       const env: NodeJS.ProcessEnv = {
         ...process.env,

@@ -3,6 +3,7 @@
  * made, temp folders and free ports. Apart from test/helpers.ts (the Temporal SDK, the model, the stores), so a
  * file that needs only these does not spend a second of CPU loading those.
  */
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -43,3 +44,20 @@ export function tempDir(prefix = 'pipeline-test-'): string {
 
 /** A TCP port that was free a moment ago on loopback (the OS picks it; the caller binds it soon after). */
 export const freePort = freeLoopbackPort;
+
+const ROOT = path.resolve(__dirname, '..');
+
+/** A copy of the working tree (tracked files and new ones git does not ignore) in `dir`, sharing this checkout's node_modules. */
+export function copyRepository(dir: string): void {
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  })
+    .split('\0')
+    .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
+  for (const file of files) {
+    fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+    fs.copyFileSync(path.join(ROOT, file), path.join(dir, file));
+  }
+  fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+}
