@@ -78,7 +78,7 @@ export async function webUiLine(
   config: Pick<Config, 'uiPort'>,
 ): Promise<string | undefined> {
   if (target.uiUrl === undefined) return undefined;
-  if (await answers('127.0.0.1', config.uiPort))
+  if (await uiAnswers(config.uiPort))
     return `Web UI: ${target.uiUrl}/namespaces/${target.namespace}/workflows`;
   return 'Web UI: none now (the embedded server stopped with this run); `npm run server` serves these runs in one.';
 }
@@ -399,6 +399,23 @@ async function serving(address: string, namespace: string): Promise<boolean> {
 }
 
 /** True when something accepts TCP connections on host:port within a short wait. */
+/**
+ * True when the Temporal Web UI answers on this loopback port: its settings API, not just any listener (a port
+ * freed by a server that stopped may be taken by another program a moment later).
+ */
+async function uiAnswers(port: number, timeoutMs = 1_000): Promise<boolean> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/api/v1/settings`, {
+      signal: AbortSignal.timeout(timeoutMs),
+      redirect: 'manual',
+    });
+    await response.arrayBuffer();
+    return response.ok && (response.headers.get('content-type') ?? '').includes('application/json');
+  } catch {
+    return false;
+  }
+}
+
 export function answers(host: string, port: number, timeoutMs = 500): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ host, port });
