@@ -681,6 +681,35 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
     };
   }
 
+  it("does not believe the lookup's 404 while the earlier attempt's POST may still be on its way: held, not sent", async () => {
+    const receiver = await receiverWithLookup('answer');
+    const ledger = scratchLedger(defer);
+    const doc = publication();
+    // A stalled attempt claimed the delivery a moment ago, and its POST has not arrived (yet).
+    await ledger.claim(
+      {
+        idempotencyKey: 'run-1:publish',
+        workflowId: `document-${doc.documentId}`,
+        documentId: doc.documentId,
+        version: doc.textRef,
+        inFlightMs: 0,
+      },
+      'stalled-attempt',
+    );
+    const publisher = new WebhookPublisher({
+      url: receiver.url,
+      lookupUrl: receiver.lookupUrl,
+      timeoutMs: 10_000,
+      ledger,
+      openClaimPolicy: 'hold',
+    });
+    await assert.rejects(
+      publisher.publish(doc, 'run-1:publish', NO_ABORT),
+      retryable(FailureType.DeliveryHeld),
+    );
+    assert.equal(receiver.posts(), 0, 'sent while the stalled attempt may still send it');
+  });
+
   for (const lost of ['answer', 'request'] as const) {
     it(`asks the receiver's lookup before holding: the ${lost} was lost, and the claim settles by itself`, async () => {
       const receiver = await receiverWithLookup(lost);

@@ -85,7 +85,10 @@ export class WebhookPublisher implements Publisher {
         if (open !== idempotencyKey) await ledger.delivered(idempotencyKey, found, undefined);
         return { ...found, duplicate: true };
       }
-      if (found === 'absent' && round === 1) {
+      // "Not there" is believed only of a POST that cannot still be on its way (a stalled attempt's may be).
+      const over =
+        claim.entry.lastError !== null || Date.now() - claim.entry.updatedAt.getTime() >= delivery.inFlightMs;
+      if (found === 'absent' && over && round === 1) {
         await ledger.resolve(open, 'unsent');
         continue;
       }
