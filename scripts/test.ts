@@ -16,10 +16,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import { loadConfig } from '../src/config';
 import { runMain, UserFacingError } from '../src/lib/run-main';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { onDatabase } from '../test/postgres';
 
 const ROOT = path.resolve(__dirname, '..');
 /** The variable that marks this run's processes (and its databases' names); test/postgres.ts reads it too. */
@@ -148,16 +148,6 @@ async function waitForPostgres(url: string): Promise<void> {
       `(a local postgresql service, or docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16), ` +
       `or point TEST_DATABASE_URL at one`,
   );
-}
-
-async function onDatabase(url: string, work: (client: pg.Client) => Promise<unknown>): Promise<void> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
-  try {
-    await client.connect();
-    await work(client);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
 }
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {

@@ -253,14 +253,16 @@ export function webhookPublisher(
     policy = 'auto',
     ledger = scratchLedger(defer),
     secret,
+    lookupUrl,
   }: {
     timeoutMs?: number;
     policy?: 'auto' | 'resend' | 'hold';
     ledger?: DeliveryLedger;
     secret?: string;
+    lookupUrl?: string;
   } = {},
 ): WebhookPublisher {
-  return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy, secret });
+  return new WebhookPublisher({ url, timeoutMs, ledger, openClaimPolicy: policy, secret, lookupUrl });
 }
 
 /**

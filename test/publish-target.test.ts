@@ -18,7 +18,7 @@ import { SIGNATURE_TOLERANCE_SECONDS, signer } from '../src/publisher/signature'
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
 import { scratchLedger, webhookPublisher } from './helpers';
-import { WebhookPublisher } from '../src/publisher/webhook-publisher';
+import { deliveryOf } from '../src/publisher/webhook-publisher';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -65,11 +65,18 @@ interface Answer {
 
 /** POSTs `body` with exactly these headers (Host included, which fetch would not let a test set). */
 function post(url: string, body: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return send('POST', url, body, { 'content-type': 'application/json', ...headers });
+}
+
+/** Sends one request with exactly these headers and `body` (none for a GET), and reads the whole answer. */
+function send(
+  method: 'GET' | 'POST',
+  url: string,
+  body: string,
+  headers: Record<string, string>,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...headers },
-    });
+    const req = http.request(url, { method, headers });
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -499,18 +506,7 @@ describe('publish target: the lookup by key', () => {
     const doc = publication();
     assert.equal((await signedPost(url, secret, doc, 'run-1:publish')).status, 201);
     const ask = (key: string, headers: Record<string, string>): Promise<Answer> =>
-      new Promise((resolve, reject) => {
-        const req = http.request(`${url}/${encodeURIComponent(key)}`, { method: 'GET', headers });
-        req.on('response', (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () =>
-            resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
-          );
-        });
-        req.on('error', reject);
-        req.end();
-      });
+      send('GET', `${url}/${encodeURIComponent(key)}`, '', headers);
     const signedAsk = (key: string) => ask(key, { 'idempotency-key': key, ...signer(secret)(key, '') });
     const found = await signedAsk('run-1:publish');
     assert.equal(found.status, 200, found.body);
@@ -530,23 +526,13 @@ describe('publish target: the lookup by key', () => {
     const ledger = scratchLedger(defer);
     const doc = publication();
     // The first POST lands, but its answer never comes back (the worker died, say): the claim stays open.
-    await ledger.claim(
-      {
-        idempotencyKey: 'run-1:publish',
-        workflowId: `document-${doc.documentId}`,
-        documentId: doc.documentId,
-        version: doc.textRef,
-        inFlightMs: 0,
-      },
-      'dead-worker',
-    );
+    await ledger.claim(deliveryOf(doc, 'run-1:publish', 2_000), 'dead-worker');
     await store.publish(doc, 'run-1:publish');
-    const publisher = new WebhookPublisher({
-      url,
+    const publisher = webhookPublisher(defer, url, {
       lookupUrl: `${url}/{key}`,
       timeoutMs: 2_000,
       ledger,
-      openClaimPolicy: 'hold',
+      policy: 'hold',
     });
     const receipt = await publisher.publish(doc, 'run-1:publish', new AbortController().signal);
     assert.deepEqual([receipt.revision, receipt.duplicate], [1, true]);

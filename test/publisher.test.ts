@@ -13,7 +13,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
-import { WebhookPublisher } from '../src/publisher/webhook-publisher';
+import { deliveryOf } from '../src/publisher/webhook-publisher';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
 import { closeServer, forwardPost, listenOnLoopback, scratchLedger, webhookPublisher } from './helpers';
@@ -686,22 +686,12 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
     const ledger = scratchLedger(defer);
     const doc = publication();
     // A stalled attempt claimed the delivery a moment ago, and its POST has not arrived (yet).
-    await ledger.claim(
-      {
-        idempotencyKey: 'run-1:publish',
-        workflowId: `document-${doc.documentId}`,
-        documentId: doc.documentId,
-        version: doc.textRef,
-        inFlightMs: 0,
-      },
-      'stalled-attempt',
-    );
-    const publisher = new WebhookPublisher({
-      url: receiver.url,
+    await ledger.claim(deliveryOf(doc, 'run-1:publish', 10_000), 'stalled-attempt');
+    const publisher = webhookPublisher(defer, receiver.url, {
       lookupUrl: receiver.lookupUrl,
       timeoutMs: 10_000,
       ledger,
-      openClaimPolicy: 'hold',
+      policy: 'hold',
     });
     await assert.rejects(
       publisher.publish(doc, 'run-1:publish', NO_ABORT),
@@ -714,12 +704,11 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
     it(`asks the receiver's lookup before holding: the ${lost} was lost, and the claim settles by itself`, async () => {
       const receiver = await receiverWithLookup(lost);
       const ledger = scratchLedger(defer);
-      const publisher = new WebhookPublisher({
-        url: receiver.url,
+      const publisher = webhookPublisher(defer, receiver.url, {
         lookupUrl: receiver.lookupUrl,
         timeoutMs: 2_000,
         ledger,
-        openClaimPolicy: 'hold',
+        policy: 'hold',
       });
       const doc = publication();
       await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));

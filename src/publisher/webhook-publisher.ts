@@ -4,7 +4,7 @@ import { excerpt, failedBeforeSending, getJson, postJson, transientStatusFailure
 import { FailureType, workflowIdFor } from '../contract';
 import { claimantName } from '../lib/claimant';
 import { inSpan } from '../telemetry/spans';
-import type { DeliveryLedger } from './ledger';
+import type { Delivery, DeliveryLedger } from './ledger';
 import { signer } from './signature';
 import type { Publication, Publisher, Receipt } from './types';
 
@@ -65,13 +65,7 @@ export class WebhookPublisher implements Publisher {
   async publish(publication: Publication, idempotencyKey: string, signal: AbortSignal): Promise<Receipt> {
     const { ledger } = this.options;
     const owner = claimantName();
-    const delivery = {
-      idempotencyKey,
-      workflowId: workflowIdFor(publication.documentId),
-      documentId: publication.documentId,
-      version: publication.textRef,
-      inFlightMs: this.options.timeoutMs + IN_FLIGHT_GRACE_MS,
-    };
+    const delivery = deliveryOf(publication, idempotencyKey, this.options.timeoutMs);
     // Twice at most: a lookup that finds an open claim never arrived settles it, and the claim is made again.
     for (let round = 1; ; round++) {
       const claim = await ledger.claim(delivery, owner);
@@ -237,6 +231,17 @@ export class WebhookPublisher implements Publisher {
         `${excerpt(answer.body)}. Retrying cannot fix a 4xx: fix the receiver or PUBLISH_WEBHOOK_URL, then rerun.`,
     });
   }
+}
+
+/** The ledger's delivery for a publication under `idempotencyKey`, POSTed with a timeout of `timeoutMs`. */
+export function deliveryOf(publication: Publication, idempotencyKey: string, timeoutMs: number): Delivery {
+  return {
+    idempotencyKey,
+    workflowId: workflowIdFor(publication.documentId),
+    documentId: publication.documentId,
+    version: publication.textRef,
+    inFlightMs: timeoutMs + IN_FLIGHT_GRACE_MS,
+  };
 }
 
 /** True for an answer that proves the receiver did not apply the request: a 4xx but 408, 409, 425 and 429. */
