@@ -123,7 +123,7 @@ export async function serveMetrics(
   { host, port }: { host: string; port: number },
   { registry, runtimeMetricsUrl }: { registry: Registry; runtimeMetricsUrl: string | undefined },
 ): Promise<MetricsPage> {
-  collectDefaultMetrics({ register: registry });
+  processDefaults(registry);
   const server = http.createServer((req, res) => {
     if (req.method !== 'GET' || new URL(req.url ?? '/', 'http://x').pathname !== '/metrics') {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('Not found: metrics are on /metrics\n');
@@ -146,6 +146,18 @@ export async function serveMetrics(
   const bound = address !== null && typeof address === 'object' ? address.port : port;
   const shown = host.includes(':') ? `[${host}]` : host;
   return { url: `http://${shown}:${bound}/metrics`, close: () => closeServer(server) };
+}
+
+/**
+ * prom-client's default metrics of the Node process (CPU, memory, event loop, GC), less the three gauges it names
+ * `nodejs_active_{handles,requests,resources}_total`: a `_total` name says counter to Prometheus (promtool rejects
+ * it on a gauge), and each is only the sum of the by-type gauge beside it (`sum(nodejs_active_handles)`).
+ */
+function processDefaults(registry: Registry): void {
+  collectDefaultMetrics({ register: registry });
+  for (const kind of ['handles', 'requests', 'resources']) {
+    registry.removeSingleMetric(`nodejs_active_${kind}_total`);
+  }
 }
 
 /** The native core's page; a comment instead when it does not answer, so the pipeline's part is still served. */

@@ -60,6 +60,19 @@ export function quietSdkLogs(config: TelemetryConfig): Tracing | undefined {
   return startConfiguredTracing(config);
 }
 
+/**
+ * How the native core names its metrics: by default its counters lack Prometheus's `_total` and its histograms
+ * are in milliseconds with no unit in the name, which `promtool check metrics` rejects and PromQL's conventions
+ * (rates per second, `_seconds`) trip over. With these, `temporal_workflow_completed` is served as
+ * `temporal_workflow_completed_total` and `temporal_activity_execution_latency` as
+ * `temporal_activity_execution_latency_seconds`, in seconds.
+ */
+const PROMETHEUS_NAMING = {
+  countersTotalSuffix: true,
+  unitSuffix: true,
+  useSecondsForDurations: true,
+} as const;
+
 function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: string | undefined): Logger {
   const logger = createLogger({ level: config.logLevel });
   setLogger(logger);
@@ -74,7 +87,7 @@ function installSdkRuntime(config: TelemetryConfig, runtimeMetricsAddress: strin
       logging: { filter: { core: verbose ? 'INFO' : 'WARN', other: 'ERROR' }, forward: {} },
       ...(runtimeMetricsAddress === undefined
         ? {}
-        : { metrics: { prometheus: { bindAddress: runtimeMetricsAddress } } }),
+        : { metrics: { prometheus: { bindAddress: runtimeMetricsAddress, ...PROMETHEUS_NAMING } } }),
     },
   });
   return logger;
