@@ -251,8 +251,11 @@ describe('metrics', () => {
         return Number(line.slice(series.length + 1));
       };
       // The runtime's part, from the SDK's native core.
-      assert.match(page, /^temporal_workflow_completed\{.*\} [1-9]/m);
-      assert.match(page, /^temporal_activity_execution_latency_count\{.*activity_type="publish".*\} [1-9]/m);
+      assert.match(page, /^temporal_workflow_completed_total\{.*\} [1-9]/m);
+      assert.match(
+        page,
+        /^temporal_activity_execution_latency_seconds_count\{.*activity_type="publish".*\} [1-9]/m,
+      );
       // The pipeline's part.
       const offline = 'provider="offline",model="extractive-wink-nlp"';
       assert.ok(value(`pipeline_model_tokens_total{step="summarize",${offline},type="input"}`) > 0);
