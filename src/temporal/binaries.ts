@@ -196,7 +196,8 @@ function listDir(dir: string): string[] {
   }
 }
 
-function findOnPath(command: string, searchPath: string): string | undefined {
+/** The first executable file named `command` in `searchPath`'s folders. */
+export function findOnPath(command: string, searchPath: string): string | undefined {
   for (const dir of searchPath.split(path.delimiter)) {
     if (dir === '') continue;
     const candidate = path.join(dir, command);
