@@ -19,6 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/config';
 import { runMain, UserFacingError } from '../src/lib/run-main';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { ensurePromtool } from './tools/promtool';
 import { onDatabase } from '../test/postgres';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -39,6 +40,10 @@ async function run(): Promise<void> {
   const config = loadConfig();
   const cli = await ensureTemporalExecutable('cli', config);
   const testServer = await ensureTemporalExecutable('test-server', config);
+  // For test/metrics-lint.test.ts, which fails saying why when there is none: the other files need no promtool.
+  await ensurePromtool({ searchPath: config.searchPath }).catch((err: unknown) =>
+    console.error(`npm test: ${String(err)}`),
+  );
   const databaseUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   await waitForPostgres(databaseUrl);
 
