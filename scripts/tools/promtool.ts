@@ -14,6 +14,9 @@ import { findOnPath, TOOLS_DIR } from '../../src/temporal/binaries';
 const PACKAGE = 'prometheus';
 /** Where Debian's package puts it; the tar member `dpkg-deb --fsys-tarfile` names. */
 const MEMBER = './usr/bin/promtool';
+/** Each apt-get call (a package list refresh is ~10 MB, the .deb ~20 MB), and the unpacking: none may hang a run. */
+const APT_TIMEOUT_MS = 5 * 60_000;
+const UNPACK_TIMEOUT_MS = 2 * 60_000;
 
 export interface PromtoolOptions {
   /** The folder whose `bin/` holds the unpacked promtool (default: the project's `.tools`). */
@@ -53,7 +56,7 @@ export async function ensurePromtool({
     const deb = await downloadPackage(work, privateLists);
     await unpackMember(deb, work);
     const unpacked = path.join(work, MEMBER);
-    await execFileAsync(unpacked, ['--version']);
+    await execFileAsync(unpacked, ['--version'], { timeout: 30_000 });
     fs.renameSync(unpacked, target);
     return target;
   } catch (err) {
@@ -68,7 +71,7 @@ async function downloadPackage(dir: string, privateLists: boolean): Promise<stri
   let systemError: string | undefined;
   if (!privateLists) {
     try {
-      await execFileAsync('apt-get', ['-q', 'download', PACKAGE], { cwd: dir });
+      await execFileAsync('apt-get', ['-q', 'download', PACKAGE], { cwd: dir, timeout: APT_TIMEOUT_MS });
       return onlyDeb(dir);
     } catch (err) {
       if (isMissingCommand(err)) throw err;
@@ -84,8 +87,8 @@ async function downloadPackage(dir: string, privateLists: boolean): Promise<stri
   }
   const own = ['-q', '-o', `Dir::State::Lists=${lists}`, '-o', `Dir::Cache=${cache}`];
   try {
-    await execFileAsync('apt-get', [...own, 'update'], { cwd: dir });
-    await execFileAsync('apt-get', [...own, 'download', PACKAGE], { cwd: dir });
+    await execFileAsync('apt-get', [...own, 'update'], { cwd: dir, timeout: APT_TIMEOUT_MS });
+    await execFileAsync('apt-get', [...own, 'download', PACKAGE], { cwd: dir, timeout: APT_TIMEOUT_MS });
   } catch (err) {
     const before = systemError === undefined ? '' : `with the system's package lists: ${systemError}; `;
     throw new Error(`${before}with fresh ones: ${describe(err)}`);
@@ -104,8 +107,15 @@ function onlyDeb(dir: string): string {
 
 /** `dpkg-deb --fsys-tarfile deb | tar -x MEMBER`, in `dir`: the package's files stay packed but this one. */
 async function unpackMember(deb: string, dir: string): Promise<void> {
-  const dpkg = spawn('dpkg-deb', ['--fsys-tarfile', deb], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const tar = spawn('tar', ['-x', '-f', '-', MEMBER], { cwd: dir, stdio: ['pipe', 'ignore', 'pipe'] });
+  const dpkg = spawn('dpkg-deb', ['--fsys-tarfile', deb], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: UNPACK_TIMEOUT_MS,
+  });
+  const tar = spawn('tar', ['-x', '-f', '-', MEMBER], {
+    cwd: dir,
+    stdio: ['pipe', 'ignore', 'pipe'],
+    timeout: UNPACK_TIMEOUT_MS,
+  });
   dpkg.stdout.pipe(tar.stdin);
   // A tar that stops reading early (it failed) must not leave dpkg-deb blocked on a full pipe or crash us on EPIPE.
   tar.stdin.on('error', () => dpkg.kill());
