@@ -31,7 +31,7 @@ import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../s
 import { createDependencies } from '../src/dependencies';
 import { freeLoopbackPort } from '../src/lib/loopback';
 import { runMain } from '../src/lib/run-main';
-import { listenerOn } from '../src/temporal/dev-server';
+import { listenerOn } from '../src/temporal/processes';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
 import { peakMiB } from './memory';
 import { OfflineModel } from '../src/model/offline-model';
