@@ -1,6 +1,6 @@
 import { Worker } from '@temporalio/worker';
 import type { Client } from '@temporalio/client';
-import { emptySteps } from '../bench-workflows';
+import { emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
 import { STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Row } from './rows';
@@ -18,7 +18,7 @@ export async function runEmptySteps(
   concurrency: number,
 ): Promise<Row> {
   const taskQueue = `bench-empty-steps-c${concurrency}`;
-  const code = await bundleFromSource(require.resolve('../bench-workflows'));
+  const code = await bundleFromSource(require.resolve('./workflows'));
   const worker = await Worker.create({
     connection: server.env.nativeConnection,
     namespace: 'default',
