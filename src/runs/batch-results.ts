@@ -1,4 +1,3 @@
-import path from 'node:path';
 import type { Client } from '@temporalio/client';
 import { describeFailure } from '../batch-contract';
 import type { BatchEntry, BatchProgress, HeldDocument } from '../batch-contract';
@@ -9,15 +8,6 @@ import { withDecodedResults } from './decode-history';
 import { recoveryReport } from './history';
 import type { RecoveryReport } from './history';
 import type { DocumentOutcome } from './result-table';
-
-/** The outcome of a document that failed before or without a result: a rejected file, a failure the batch listed. */
-export function failedOutcome(
-  source: string,
-  workflowId: string | undefined,
-  error: string,
-): DocumentOutcome {
-  return { source, title: path.basename(source), workflowId, result: undefined, error, report: undefined };
-}
 
 /** Each document's result and recovery report, read once at the end, a few at a time. */
 export async function readOutcomes(

@@ -4,7 +4,7 @@ import type { Config } from '../config';
 import type { BlobStore } from '../documents/blobs';
 import { eachDocument, versionOf } from '../documents/files';
 import { ManifestWriter } from '../documents/manifest';
-import { failedOutcome } from './batch-results';
+import { failedOutcome } from './result-table';
 import type { DocumentOutcome } from './result-table';
 
 /**

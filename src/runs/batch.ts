@@ -7,10 +7,10 @@ import type { ModelInfo } from '../contract';
 import type { BlobStore } from '../documents/blobs';
 import { followBatch } from './batch-follow';
 import { failureLine } from './batch-progress';
-import { failedOutcome, printTally, readOutcomes } from './batch-results';
+import { printTally, readOutcomes } from './batch-results';
 import { storeDocuments } from './batch-upload';
 import { ClientCalls } from './calls';
-import { exitCodeOf, heldLines, printOutcomes } from './result-table';
+import { exitCodeOf, failedOutcome, heldLines, printOutcomes } from './result-table';
 import type { DocumentOutcome } from './result-table';
 
 export type { DocumentOutcome };
