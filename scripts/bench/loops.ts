@@ -9,6 +9,7 @@ import type { Doc, Row } from './rows';
 export const model = new OfflineModel(0);
 export const call = (key: string) => ({ idempotencyKey: key, signal: new AbortController().signal });
 
+/** The model work in a loop that saves nothing but the publication: the floor every durable path pays over. */
 export async function plainLoop(
   docs: readonly Doc[],
   dir: string,
@@ -31,6 +32,7 @@ export async function plainLoop(
   return { row: loopRow('plain loop, no durability', [...workMs.values()], seconds), workMs };
 }
 
+/** The classic checkpoint recipe: each step's result saved in a SQLite table, and looked up before the step runs. */
 export async function checkpointLoop(
   docs: readonly Doc[],
   dir: string,

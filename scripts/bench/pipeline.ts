@@ -17,6 +17,7 @@ import { startServer } from './server';
 import { runEmptySteps } from './temporal-alone';
 import { coldStart, killToResume } from './workers';
 
+/** What one server's runs measured: its rows, the server's peak memory and, on the tuned server, the worker timings. */
 export interface PipelineRun {
   rows: Row[];
   serverPeakMiB: number | undefined;

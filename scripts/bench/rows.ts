@@ -9,6 +9,7 @@ export interface Doc {
 /** The pipeline's steps per document: summarize, tag, publish. */
 export const STEPS_PER_DOCUMENT = 3;
 
+/** One path at one concurrency: times per document, throughput, and where measured, overhead and history size. */
 export interface Row {
   path: string;
   concurrency: number;
@@ -22,14 +23,17 @@ export interface Row {
   historyBytesPerDoc?: number;
 }
 
+/** The `p`th percentile of `values`; NaN when there are none. */
 export function percentile(values: readonly number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
 }
 
+/** `n` rounded to `digits` decimals. */
 export const round = (n: number, digits = 1): number => Math.round(n * 10 ** digits) / 10 ** digits;
 
+/** A row of a loop outside Temporal: one document at a time. */
 export function loopRow(name: string, perDoc: readonly number[], seconds: number): Row {
   return {
     path: name,
