@@ -14,8 +14,10 @@ import { describe, it } from 'node:test';
 import { loadConfig } from '../src/config';
 import { ConfigError } from '../src/config';
 import { closeServer, listenOnLoopback } from '../src/lib/loopback';
-import { ensureTemporalExecutable } from '../src/temporal/binaries';
-import { answers, connectOrStartTemporal, recordedProcess, webUiLine } from '../src/temporal/dev-server';
+import { connectOrStartTemporal, webUiLine } from '../src/temporal/choose-server';
+import { startEmbeddedServer } from '../src/temporal/embedded-server';
+import { recordedProcess } from '../src/temporal/pid-file';
+import { answers } from '../src/temporal/probes';
 import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -214,24 +216,10 @@ describe('the embedded server', { skip: process.platform !== 'linux' && 'reads /
   it('names a server that answers without a pid file, with the command that stops it; refuses one whose database is gone', async () => {
     const env = await folder('orphan-');
     const config = loadConfig(env, ROOT);
-    const cli = await ensureTemporalExecutable('cli', config);
-    const orphan = spawn(
-      cli,
-      [
-        'server',
-        'start-dev',
-        '--ip',
-        '127.0.0.1',
-        '--port',
-        env.EMBEDDED_TEMPORAL_PORT ?? '',
-        '--headless',
-      ].concat(['--db-filename', config.paths.temporal]),
-      { stdio: 'ignore', detached: true },
-    );
-    defer(() => {
-      orphan.kill('SIGKILL');
-    });
-    await waitFor('the orphan', () => answers('127.0.0.1', config.embeddedPort));
+    // The data folder's own embedded server, started as npm start starts it, whose pid file is then lost.
+    const orphan = await startEmbeddedServer(config, { log: () => {} });
+    defer(() => orphan.stop());
+    fs.rmSync(config.paths.temporalPid);
     assert.equal(recordedProcess(config.paths.temporalPid), undefined);
 
     const logged: string[] = [];

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { recordedProcess } from '../src/temporal/dev-server';
+import { recordedProcess } from '../src/temporal/pid-file';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { dataPaths } from '../src/config';
 import { completion, isTagRequest, modelServerFor } from './helpers';

@@ -12,13 +12,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { loadConfig } from '../src/config';
 import type { Config } from '../src/config';
-import {
-  connectOrStartTemporal,
-  execedProcessRecord,
-  processRecord,
-  recordedProcess,
-  writePidFile,
-} from '../src/temporal/dev-server';
+import { connectOrStartTemporal } from '../src/temporal/choose-server';
+import { recordedProcess, writePidFile } from '../src/temporal/pid-file';
+import { execedProcessRecord, processRecord } from '../src/temporal/processes';
 import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();

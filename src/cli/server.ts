@@ -1,14 +1,10 @@
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
-import {
-  answers,
-  listenerOn,
-  ownerAlive,
-  recordedProcess,
-  startEmbeddedServer,
-  stopProcess,
-  uiOrigin,
-} from '../temporal/dev-server';
+import { uiOrigin } from '../temporal/choose-server';
+import { startEmbeddedServer } from '../temporal/embedded-server';
+import { ownerAlive, recordedProcess, stopProcess } from '../temporal/pid-file';
+import { answers } from '../temporal/probes';
+import { listenerOn } from '../temporal/processes';
 
 /**
  * `npm run server`: the embedded Temporal dev server on the data folder's database, in the foreground until Ctrl-C.

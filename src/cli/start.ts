@@ -3,7 +3,7 @@ import { createDependencies } from '../dependencies';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
 import { connectClient, connectWorker } from '../temporal/connection';
-import { connectOrStartTemporal, webUiLine } from '../temporal/dev-server';
+import { connectOrStartTemporal, webUiLine } from '../temporal/choose-server';
 import { parseRunArgs } from './args';
 import { quietSdkLogs } from '../temporal/runtime';
 import { drainOnSignals } from '../temporal/shutdown';

@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { modelStepResults } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
 import { formatCost, totalUsage } from '../model/pricing';
@@ -16,6 +17,15 @@ export interface DocumentOutcome {
   report: RecoveryReport | undefined;
   /** Its run waits for a verdict on its delivery under this key (npm run deliveries): not ended, not failed. */
   heldKey?: string;
+}
+
+/** The outcome of a document that failed before or without a result: a rejected file, a failure the batch listed. */
+export function failedOutcome(
+  source: string,
+  workflowId: string | undefined,
+  error: string,
+): DocumentOutcome {
+  return { source, title: path.basename(source), workflowId, result: undefined, error, report: undefined };
 }
 
 /**

@@ -1,0 +1,185 @@
+import path from 'node:path';
+import { Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import { batch, documentPipeline } from '../../workflows';
+import { BATCH_SCHEMA_VERSION } from '../../src/batch-contract';
+import type { BatchEntry } from '../../src/batch-contract';
+import { loadConfig } from '../../src/config';
+import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
+import { createDependencies } from '../../src/dependencies';
+import { prebuiltBundle } from '../../src/temporal/bundle';
+import { createPipelineWorker } from '../../src/temporal/worker';
+import { peakMiB } from '../memory';
+import { bundleFromSource } from './bundle';
+import { round, STEPS_PER_DOCUMENT, timedRow } from './rows';
+import type { Doc, Row } from './rows';
+import { startServer } from './server';
+import { runEmptySteps } from './temporal-alone';
+import { coldStart, killToResume } from './workers';
+
+/** What one server's runs measured: its rows, the server's peak memory and, on the tuned server, the worker timings. */
+export interface PipelineRun {
+  rows: Row[];
+  serverPeakMiB: number | undefined;
+  coldStart?: { fromSourceMs: number; fromBundleMs: number };
+  killToResumeMs?: number;
+}
+
+/** Runs the corpus through one server: the batch at each concurrency, optionally one by one with eager start. */
+export async function pipelineRuns(
+  root: string,
+  docs: readonly Doc[],
+  workMs: Map<string, number>,
+  options: { label: string; tuned: boolean; concurrencies: number[]; eager: boolean; extras: boolean },
+): Promise<PipelineRun> {
+  const server = await startServer(root, options.label, options.tuned);
+  const rows: Row[] = [];
+  const result: PipelineRun = { rows, serverPeakMiB: undefined };
+  try {
+    const config = loadConfig({ DATA_DIR: path.join(server.dir, 'data'), TEMPORAL_ADDRESS: server.address });
+    const parts = await createDependencies(config);
+    const taskQueue = `bench-${options.label}`;
+    const bundle = prebuiltBundle() ?? { code: await bundleFromSource(require.resolve('../../workflows')) };
+    const worker = await createPipelineWorker({
+      connection: server.env.nativeConnection,
+      namespace: 'default',
+      taskQueue,
+      deps: parts.deps,
+      workflowBundle: bundle,
+    });
+    // A client on the worker's own connection: the server may hand a started workflow's first task straight back
+    // to this worker (eager start), skipping a round trip through the task queue.
+    const client = new Client({ connection: server.env.nativeConnection, namespace: 'default' });
+    await worker.runUntil(async () => {
+      for (const concurrency of options.concurrencies) {
+        rows.push(await runBatch(client, parts.stores.blobs, taskQueue, docs, workMs, options, concurrency));
+      }
+      if (options.eager) {
+        rows.push(await runEagerOneByOne(client, parts.stores.blobs, taskQueue, docs, workMs, options.label));
+      }
+    });
+    if (options.eager) {
+      for (const concurrency of new Set([1, Math.max(...options.concurrencies)]))
+        rows.push(await runEmptySteps(server, client, docs.length, concurrency));
+    }
+    if (options.extras) {
+      result.coldStart = await coldStart(server, parts.deps, taskQueue);
+      result.killToResumeMs = await killToResume(server, config.dataDir);
+    }
+    await parts.close();
+  } finally {
+    result.serverPeakMiB = server.pid !== undefined ? peakMiB(server.pid) : undefined;
+    await server.env.teardown();
+  }
+  return result;
+}
+
+/** The whole corpus as one batch workflow, `concurrency` documents at once: each document's time and overhead. */
+async function runBatch(
+  client: Client,
+  blobs: { put(bytes: Uint8Array): Promise<string> },
+  taskQueue: string,
+  docs: readonly Doc[],
+  workMs: Map<string, number>,
+  options: { label: string; tuned: boolean },
+  concurrency: number,
+): Promise<Row> {
+  const entries: BatchEntry[] = [];
+  for (const doc of docs) {
+    entries.push({
+      documentId: `bench-${options.label}-c${concurrency}:${doc.name}`,
+      textRef: await blobs.put(Buffer.from(doc.text)),
+      title: doc.name,
+      source: doc.name,
+    });
+  }
+  const manifestRef = await blobs.put(Buffer.from(JSON.stringify({ entries })));
+  const started = performance.now();
+  await client.workflow.execute(batch, {
+    taskQueue,
+    workflowId: `bench-batch-${options.label}-c${concurrency}`,
+    args: [
+      {
+        schemaVersion: BATCH_SCHEMA_VERSION,
+        manifestRef,
+        total: entries.length,
+        options: { window: concurrency },
+      },
+    ],
+  });
+  const seconds = (performance.now() - started) / 1000;
+  // Each document's own time, from its run's first event to its last: the batch's bookkeeping is not in it.
+  const perDoc: number[] = [];
+  const overhead: number[] = [];
+  let events = 0;
+  let bytes = 0;
+  await Promise.all(
+    entries.map(async (entry, i) => {
+      const history = await client.workflow.getHandle(workflowIdFor(entry.documentId)).fetchHistory();
+      const all = history.events ?? [];
+      const ms = (e: (typeof all)[number] | undefined): number => {
+        const t = e?.eventTime;
+        return t ? Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6 : 0;
+      };
+      const duration = ms(all[all.length - 1]) - ms(all[0]);
+      perDoc.push(duration);
+      overhead.push((duration - (workMs.get(docs[i]?.name ?? '') ?? 0)) / STEPS_PER_DOCUMENT);
+      events += all.length;
+      bytes += temporal.api.history.v1.History.encode(history).finish().length;
+    }),
+  );
+  return {
+    ...timedRow(
+      `pipeline, batch workflow, ${options.tuned ? 'tuned' : 'default'} server`,
+      concurrency,
+      perDoc,
+      overhead,
+      seconds,
+    ),
+    historyEventsPerDoc: round(events / entries.length),
+    historyBytesPerDoc: Math.round(bytes / entries.length),
+  };
+}
+
+/** One document at a time, each started eagerly by a client on the worker's connection, timed start to result. */
+async function runEagerOneByOne(
+  client: Client,
+  blobs: { put(bytes: Uint8Array): Promise<string> },
+  taskQueue: string,
+  docs: readonly Doc[],
+  workMs: Map<string, number>,
+  label: string,
+): Promise<Row> {
+  const perDoc: number[] = [];
+  const overhead: number[] = [];
+  const started = performance.now();
+  for (const doc of docs) {
+    const t = performance.now();
+    await client.workflow.execute(documentPipeline, {
+      taskQueue,
+      workflowId: workflowIdFor(`bench-${label}-eager:${doc.name}`),
+      requestEagerStart: true,
+      args: [
+        {
+          schemaVersion: INPUT_SCHEMA_VERSION,
+          documentId: `bench-${label}-eager:${doc.name}`,
+          textRef: await blobs.put(Buffer.from(doc.text)),
+          title: doc.name,
+          // Complete, as our clients send it: the workflow takes it as it is.
+          options: PipelineOptionsSchema.parse({}),
+        },
+      ],
+    });
+    const duration = performance.now() - t;
+    perDoc.push(duration);
+    overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
+  }
+  const seconds = (performance.now() - started) / 1000;
+  return timedRow(
+    'pipeline, one document at a time, eager start, tuned server',
+    1,
+    perDoc,
+    overhead,
+    seconds,
+  );
+}

@@ -1,0 +1,66 @@
+/** A row of the benchmark's table, and the statistics that fill it. */
+
+/** A document of the corpus. */
+export interface Doc {
+  name: string;
+  text: string;
+}
+
+/** The pipeline's steps per document: summarize, tag, publish. */
+export const STEPS_PER_DOCUMENT = 3;
+
+/** One path at one concurrency: times per document, throughput, and where measured, overhead and history size. */
+export interface Row {
+  path: string;
+  concurrency: number;
+  docs: number;
+  msPerDocP50: number;
+  msPerDocP95: number;
+  docsPerSecond: number;
+  perStepOverheadMsP50?: number;
+  perStepOverheadMsP95?: number;
+  historyEventsPerDoc?: number;
+  historyBytesPerDoc?: number;
+}
+
+/** The `p`th percentile of `values`; NaN when there are none. */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+}
+
+/** `n` rounded to `digits` decimals. */
+export const round = (n: number, digits = 1): number => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/** A row of a loop outside Temporal: one document at a time. */
+export function loopRow(name: string, perDoc: readonly number[], seconds: number): Row {
+  return {
+    path: name,
+    concurrency: 1,
+    docs: perDoc.length,
+    msPerDocP50: round(percentile(perDoc, 50), 2),
+    msPerDocP95: round(percentile(perDoc, 95), 2),
+    docsPerSecond: round(perDoc.length / seconds),
+  };
+}
+
+/** A row of documents run through Temporal: each one's time and its per-step overhead, and `seconds` for all. */
+export function timedRow(
+  name: string,
+  concurrency: number,
+  perDoc: readonly number[],
+  overhead: readonly number[],
+  seconds: number,
+): Row {
+  return {
+    path: name,
+    concurrency,
+    docs: perDoc.length,
+    msPerDocP50: round(percentile(perDoc, 50)),
+    msPerDocP95: round(percentile(perDoc, 95)),
+    docsPerSecond: round(perDoc.length / seconds),
+    perStepOverheadMsP50: round(percentile(overhead, 50)),
+    perStepOverheadMsP95: round(percentile(overhead, 95)),
+  };
+}

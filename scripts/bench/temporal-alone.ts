@@ -1,0 +1,52 @@
+import { Worker } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
+import { emptySteps } from './workflows';
+import { bundleFromSource } from './bundle';
+import { STEPS_PER_DOCUMENT, timedRow } from './rows';
+import type { Row } from './rows';
+import type { Server } from './server';
+
+/**
+ * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, `concurrency` at once,
+ * each started eagerly as the eager row above: a document's time here is all overhead, the floor under the
+ * pipeline's, and the docs/s at the largest concurrency is the ceiling over it on this machine.
+ */
+export async function runEmptySteps(
+  server: Server,
+  client: Client,
+  count: number,
+  concurrency: number,
+): Promise<Row> {
+  const taskQueue = `bench-empty-steps-c${concurrency}`;
+  const code = await bundleFromSource(require.resolve('./workflows'));
+  const worker = await Worker.create({
+    connection: server.env.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: { code },
+    // The SDK's defaults for everything else, as the pipeline's worker (createPipelineWorker).
+    activities: { nothing: async () => {} },
+  });
+  const perDoc: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await worker.runUntil(() =>
+    Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < count; i = next++) {
+          const t = performance.now();
+          await client.workflow.execute(emptySteps, {
+            taskQueue,
+            workflowId: `bench-empty-steps-c${concurrency}-${i}`,
+            requestEagerStart: true,
+          });
+          perDoc.push(performance.now() - t);
+        }
+      }),
+    ),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
+  const name = 'Temporal alone: the same three steps doing nothing, eager start';
+  return timedRow(name, concurrency, perDoc, perStep, seconds);
+}
