@@ -2,8 +2,8 @@
  * Standard Webhooks interop, judged by the reference library (`standardwebhooks`, its own `Webhook` class): what
  * the webhook publisher signs (POSTs and lookups) verifies with it, and `npm run publish-target`, run as a person
  * runs it, takes what it signs and refuses what it refuses: a tampered body, another secret, a timestamp too old or
- * too new, no signature. Everything goes over HTTP between real processes' sockets; nothing is signed by our code
- * on the receiving side of a check.
+ * too new, no signature. Those go over HTTP; last, the two verifiers are given the same malformed signatures and
+ * edge-of-tolerance timestamps side by side and must agree.
  */
 import { before, describe, it, mock } from 'node:test';
 import assert from 'node:assert/strict';
