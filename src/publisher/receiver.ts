@@ -45,8 +45,9 @@ export interface ReceiverOptions {
 }
 
 /**
- * A real publish target over HTTP: `POST /publications` with an `Idempotency-Key` header, backed by a
- * PublicationStore. Point PUBLISH_WEBHOOK_URL at it; tests use it as the far side of the webhook publisher.
+ * A real publish target over HTTP: `POST /publications` with an `Idempotency-Key` header (with a secret, a
+ * Standard Webhooks sender's signed `webhook-id` stands for it when it sends none), backed by a PublicationStore.
+ * Point PUBLISH_WEBHOOK_URL at it; tests use it as the far side of the webhook publisher.
  * Answers 201 for a new revision, 200 for a key it has seen (with the first receipt), 200 with `superseded: true`
  * and the current revision for a new key from a run older than the published one (not written), 400 for bad
  * requests, 401 for a missing or wrong signature (with a secret), 421 for a Host it does not answer to, 413 for
@@ -95,21 +96,21 @@ export async function startReceiver(
       reply(404, { error: 'POST /publications and GET /publications/<Idempotency-Key> are the routes' });
       return;
     }
-    const key = req.headers['idempotency-key'];
+    let key = req.headers['idempotency-key'];
     // Everything the headers can prove is checked before a byte of the body is read: an unsigned, replayed or
     // re-keyed request costs this receiver no buffer.
     if (verify !== undefined) {
       const early = checkSignatureHeaders(req.headers);
-      const refusal = !early.ok
-        ? early.reason
-        : early.id !== key
+      if (!early.ok || (key !== undefined && early.id !== key)) {
+        const error = early.ok
           ? 'the webhook-id header must equal the Idempotency-Key header (the signed key)'
-          : undefined;
-      if (refusal !== undefined) {
-        reply(401, { error: refusal }, { connection: 'close' });
+          : early.reason;
+        reply(401, { error }, { connection: 'close' });
         req.resume();
         return;
       }
+      // A Standard Webhooks sender that sends no Idempotency-Key has its key in webhook-id, which it signs.
+      key = early.id;
     }
     const raw = await readBody(req, maxBodyBytes);
     if (raw === 'too-large') {
@@ -119,7 +120,7 @@ export async function startReceiver(
       return;
     }
     if (verify !== undefined) {
-      // The signature covers webhook-id, which equals the Idempotency-Key (checked above): no replay under a new key.
+      // The signature covers webhook-id, which is the key (checked above): no replay under a new key.
       const verdict = verify(req.headers, raw);
       if (!verdict.ok) {
         reply(401, { error: verdict.reason });

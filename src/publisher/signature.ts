@@ -81,7 +81,8 @@ export function checkSignatureHeaders(
   if (!/^\d{1,15}$/.test(timestamp)) {
     return { ok: false, reason: 'the webhook-timestamp header must be Unix time in whole seconds' };
   }
-  const skew = Math.abs(now / 1000 - Number(timestamp));
+  // Whole seconds on both sides, as the reference library counts: a request at the edge gets the same verdict.
+  const skew = Math.abs(Math.floor(now / 1000) - Number(timestamp));
   if (skew > SIGNATURE_TOLERANCE_SECONDS) {
     return {
       ok: false,
@@ -105,11 +106,13 @@ export function verifier(
     const checked = checkSignatureHeaders(headers, now);
     if (!checked.ok) return checked;
     const { id, timestamp, signatures } = checked;
-    const expected = sign(key, id, timestamp, body);
+    // Compared as the exact base64 text, as the reference library does: decoding first would also take unpadded,
+    // base64url or junk-laden forms of the signature, which other Standard Webhooks receivers refuse.
+    const expected = Buffer.from(sign(key, id, timestamp, body).toString('base64'));
     const matches = signatures.split(' ').some((entry) => {
       const [version, encoded] = entry.split(',', 2);
       if (version !== 'v1' || encoded === undefined) return false;
-      const given = Buffer.from(encoded, 'base64');
+      const given = Buffer.from(encoded);
       return given.length === expected.length && timingSafeEqual(given, expected);
     });
     if (!matches) {
