@@ -139,8 +139,8 @@ describe('markdownTitle', () => {
   it('finds a heading far into the text, and one whose underline comes after the first bytes', () => {
     const prose = 'Tides rise and fall twice a day along most coasts.\n\n'.repeat(100);
     assert.equal(markdownTitle(`${prose}# Far heading\n\nText.`), 'Far heading');
-    // The first search reads up to the line end before byte 4096: here, the underline is after it.
-    const lead = 'x'.repeat(4070);
+    // The first search reads up to the last line end in the first 256 bytes: here, the underline is after it.
+    const lead = 'x'.repeat(230);
     assert.equal(markdownTitle(`${lead}\n\nUnderlined title\n================\n`), 'Underlined title');
     // So is the definition of the heading's link.
     assert.equal(

@@ -196,8 +196,8 @@ function decodeEntities(text: string): string {
   );
 }
 
-/** Where a title search starts: the first 4 KB, which hold the opening heading of nearly every document. */
-const TITLE_PREFIX = 4096;
+/** Where a title search starts: the first 256 bytes, which hold the opening heading of most documents. */
+const TITLE_PREFIX = 256;
 
 /**
  * The document's title: `title:` in its YAML front matter, else the text of its first heading (ATX `#` or setext
