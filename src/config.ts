@@ -5,6 +5,7 @@ import type { ModelSettings } from './model/choose';
 import { DEFAULT_PRICES, PriceTableSchema } from './model/pricing';
 import type { PriceTable } from './model/pricing';
 import { DEFAULT_TASK_QUEUE } from './contract';
+import { DocumentExtensionsSchema } from './documents/files';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
 import type { TemporalSettings } from './temporal/settings';
@@ -113,6 +114,7 @@ const EnvSchema = z.object({
     }, 'must not carry a user name or password (URLs are shown in messages and logs)'),
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
+  DOCUMENT_EXTENSIONS: DocumentExtensionsSchema,
   PAYLOAD_ENCRYPTION_KEY: optionalText,
   PAYLOAD_ENCRYPTION_KEY_ID: optionalText,
   PAYLOAD_DECRYPTION_KEYS: optionalText,
@@ -214,6 +216,8 @@ export interface Config {
   publisher: { kind: 'sqlite' } | { kind: 'webhook'; url: string };
   publishRequestTimeoutMs: number;
   maxDocumentBytes: number;
+  /** The file endings a folder given to the client is searched for (DOCUMENT_EXTENSIONS). */
+  documentExtensions: readonly string[];
   /** Where blobs, memo, ledger and publications live: SQLite files in the data folder, or one PostgreSQL. */
   database: { kind: 'sqlite' } | { kind: 'postgres'; url: string };
   /** How long a model step's claim on its memo entry lives without renewal (a stalled owner loses it then). */
@@ -294,6 +298,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         : { kind: 'sqlite' },
     publishRequestTimeoutMs: e.PUBLISH_REQUEST_TIMEOUT_MS,
     maxDocumentBytes: e.MAX_DOCUMENT_BYTES,
+    documentExtensions: e.DOCUMENT_EXTENSIONS,
     database: e.DATABASE_URL !== undefined ? { kind: 'postgres', url: e.DATABASE_URL } : { kind: 'sqlite' },
     memoLeaseMs: e.MEMO_LEASE_SECONDS * 1000,
     maxProviderErrors: e.MAX_PROVIDER_ERRORS,

@@ -311,6 +311,8 @@ describe('docker-compose.yml', () => {
       // Read by npm run publish-target and by the submitting client.
       'PUBLISH_TARGET_HOST',
       'DOCUMENT_ID_SECRET',
+      // The endings the submitting client searches folders for.
+      'DOCUMENT_EXTENSIONS',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));

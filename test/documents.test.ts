@@ -13,7 +13,7 @@ import vm from 'node:vm';
 import { Client } from '@temporalio/client';
 import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } from '../src/documents/files';
 import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
-import { loadConfig } from '../src/config';
+import { ConfigError, loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
 import { BatchInputSchema, ManifestPageSchema } from '../src/batch-contract';
 import { processDocuments } from '../src/runs/batch';
@@ -116,7 +116,11 @@ describe('collectDocuments', () => {
     );
     assert.deepEqual(rejected, [
       { source: path.join(docs, 'empty.md'), reason: 'the file is empty; give it some text' },
-      { source: noDocuments, reason: 'the folder holds no .md, .markdown, .txt files' },
+      {
+        source: noDocuments,
+        reason:
+          'the folder holds no .md, .markdown, .txt files; to read other endings, set DOCUMENT_EXTENSIONS (e.g. DOCUMENT_EXTENSIONS=.md,.rst)',
+      },
       { source: missing, reason: 'no such file or folder; check the path' },
     ]);
   });
@@ -493,6 +497,108 @@ describe('keyed document IDs (DOCUMENT_ID_SECRET)', () => {
   });
 });
 
+describe('DOCUMENT_EXTENSIONS', () => {
+  const notMarkdown = {
+    'guide.rst': 'Guide\n=====\n\nreStructuredText.',
+    'manual.adoc': '= Manual\n\nAsciiDoc.',
+    'nested/news.article': 'News of the day.',
+    'LOUD.RST': 'Upper-case ending.',
+    'notes.md': '# Notes\n\nMarkdown.',
+  };
+
+  it('is unset by default: a folder of other endings is refused, with the variable that widens it', () => {
+    assert.deepEqual(loadConfig({}).documentExtensions, ['.md', '.markdown', '.txt']);
+    const dir = folder({ 'guide.rst': 'Guide.', 'manual.adoc': 'Manual.', 'news.article': 'News.' });
+    const { documents, rejected } = collectDocuments([dir], LIMIT);
+    assert.deepEqual(documents, []);
+    assert.equal(rejected.length, 1);
+    assert.match(
+      rejected[0]?.reason ?? '',
+      /holds no \.md, \.markdown, \.txt files; .*set DOCUMENT_EXTENSIONS/,
+    );
+  });
+
+  it('lists the endings a folder is searched for, with or without the dot, in any case, and only those', () => {
+    const extensions = loadConfig({ DOCUMENT_EXTENSIONS: ' rst, .ADOC,.article,.rst ' }).documentExtensions;
+    assert.deepEqual(extensions, ['.rst', '.adoc', '.article']);
+    const dir = folder(notMarkdown);
+
+    const { documents, rejected } = collectDocuments([dir], LIMIT, { extensions });
+
+    assert.deepEqual(
+      documents.map((d) => path.relative(dir, d.source)),
+      ['LOUD.RST', 'guide.rst', 'manual.adoc', path.join('nested', 'news.article')],
+    );
+    assert.deepEqual(rejected, []);
+    // Read as plain text: titled by the file name, whatever looks like a heading in it.
+    assert.deepEqual(
+      documents.map((d) => d.title),
+      ['LOUD.RST', 'guide.rst', 'manual.adoc', 'news.article'],
+    );
+    const none = collectDocuments([folder({ 'a.md': 'A.' })], LIMIT, { extensions: ['.rst'] }).rejected;
+    assert.match(none[0]?.reason ?? '', /holds no \.rst files/);
+  });
+
+  it('refuses a list it cannot read, naming the variable and what to write instead', () => {
+    for (const [value, problem] of [
+      ['.md,,.rst', /DOCUMENT_EXTENSIONS: holds an empty entry \(an extra comma\)/],
+      ['.md,', /DOCUMENT_EXTENSIONS: holds an empty entry/],
+      ['.tar.gz', /DOCUMENT_EXTENSIONS: holds "\.tar\.gz", which is no file ending/],
+      ['*.md', /DOCUMENT_EXTENSIONS: holds "\*\.md", which is no file ending/],
+      ['md rst', /DOCUMENT_EXTENSIONS: holds "md rst"/],
+    ] as const) {
+      assert.throws(
+        () => loadConfig({ DOCUMENT_EXTENSIONS: value }),
+        (err: unknown) =>
+          err instanceof ConfigError &&
+          problem.test(err.message) &&
+          err.message.includes('separated by commas, e.g. .md,.markdown,.txt,.rst'),
+        value,
+      );
+    }
+    assert.deepEqual(loadConfig({ DOCUMENT_EXTENSIONS: '  ' }).documentExtensions, [
+      '.md',
+      '.markdown',
+      '.txt',
+    ]);
+  });
+
+  it('is what the batch command searches folders for', async () => {
+    const dir = folder(notMarkdown);
+    const config = loadConfig({ DATA_DIR: path.join(dir, 'data'), DOCUMENT_EXTENSIONS: '.adoc' }, dir);
+    const blobs = new FileBlobStore(path.join(dir, 'blobs'));
+    const started: unknown[] = [];
+    // Stops the batch at its first request to the server, once its input is known.
+    const client = new Client({
+      interceptors: {
+        workflow: [
+          {
+            start: (input) => {
+              started.push(input.options.args[0]);
+              throw new Error('no server in this test');
+            },
+          },
+        ],
+      },
+    });
+    defer(() => client.connection.close());
+
+    await assert.rejects(
+      processDocuments(client, config, blobs, [dir], { print: () => {} }),
+      /no server in this test/,
+    );
+
+    const batchInput = BatchInputSchema.parse(started[0]);
+    const manifest = ManifestPageSchema.parse(
+      JSON.parse((await blobs.get(batchInput.manifestRef))?.toString('utf8') ?? 'null'),
+    );
+    assert.deepEqual(
+      manifest.entries.map((e) => [path.relative(dir, e.source), e.title]),
+      [['manual.adoc', 'manual.adoc']],
+    );
+  });
+});
+
 describe('versionOf', () => {
   it('is the content hash: the blob reference, the same for the same bytes wherever they come from', () => {
     assert.equal(versionOf(Buffer.from('Same text.')), blobRefOf(Buffer.from('Same text.')));
@@ -513,7 +619,20 @@ describe('titleOf', () => {
   });
 
   it('falls back to the file name when there is no heading', () => {
-    assert.equal(titleOf('No heading here.\n#hashtag is not one', '/docs/notes.txt'), 'notes.txt');
+    assert.equal(titleOf('No heading here.\n#hashtag is not one', '/docs/notes.md'), 'notes.md');
+  });
+
+  it("takes front matter's title first, and never a comment in a code block", () => {
+    const markdown = '---\ntitle: "Tides: a primer"\n---\n\n# Heading\n';
+    assert.equal(titleOf(markdown, 'tides.md'), 'Tides: a primer');
+    assert.equal(titleOf('```sh\n# install it\n```\n\nTides\n=====\n', 'x.markdown'), 'Tides');
+    assert.equal(titleOf('```sh\n# install it\n```\n', 'install.md'), 'install.md');
+  });
+
+  it('titles plain text (.txt and other endings that are not Markdown) by the file name', () => {
+    assert.equal(titleOf('# Not a heading in plain text\n', '/docs/notes.txt'), 'notes.txt');
+    assert.equal(titleOf('Guide\n=====\n', 'guide.rst'), 'guide.rst');
+    assert.equal(titleOf('# Chaos note 1\n\nText.', ''), 'Chaos note 1');
   });
 
   it('keeps only the title alive, not the text it was cut from (a batch keeps every title to its end)', () => {

@@ -1,10 +1,43 @@
 import { createHash, createHmac } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { z } from 'zod';
 import { blobRefOf } from './blobs';
+import { markdownTitle } from '../model/markdown';
 
-/** File endings picked up when a folder is given. */
-const DOCUMENT_EXTENSIONS = new Set(['.md', '.markdown', '.txt']);
+/** File endings a folder is searched for unless DOCUMENT_EXTENSIONS names others. */
+export const DEFAULT_DOCUMENT_EXTENSIONS: readonly string[] = ['.md', '.markdown', '.txt'];
+/** Endings of Markdown, whose title is read from the text; any other ending is plain text, titled by its name. */
+const MARKDOWN_EXTENSIONS = new Set(['.md', '.markdown']);
+const EXTENSION = /^\.?([a-z0-9][a-z0-9_+-]*)$/;
+
+/**
+ * DOCUMENT_EXTENSIONS: the endings a folder is searched for, comma-separated, with or without the dot
+ * (`.md,.rst` or `md, rst`), in any case; unset or empty, the defaults. The list replaces the defaults.
+ */
+export const DocumentExtensionsSchema = z
+  .string()
+  .optional()
+  .transform((s, ctx) => {
+    if (s === undefined || s.trim() === '') return DEFAULT_DOCUMENT_EXTENSIONS;
+    const extensions = new Set<string>();
+    for (const entry of s.split(',').map((part) => part.trim().toLowerCase())) {
+      const ending = EXTENSION.exec(entry)?.[1];
+      if (ending === undefined) {
+        const what =
+          entry === ''
+            ? 'an empty entry (an extra comma)'
+            : `"${entry}", which is no file ending (files are matched on what follows their last dot)`;
+        ctx.addIssue({
+          code: 'custom',
+          message: `holds ${what}; list the endings separated by commas, e.g. .md,.markdown,.txt,.rst`,
+        });
+        return z.NEVER;
+      }
+      extensions.add(`.${ending}`);
+    }
+    return [...extensions];
+  });
 /** Open flag that refuses a link as the last part of the path (none on Windows, which has no such flag). */
 const NO_FOLLOW = fs.constants.O_NOFOLLOW ?? 0;
 
@@ -58,6 +91,15 @@ export interface Rejected {
 /** One argument's document, or one thing among the arguments that is not a usable document, with why. */
 export type Collected = { document: DocumentFile } | { rejected: Rejected };
 
+export interface FolderOptions {
+  /** What document IDs are relative to (the current folder). */
+  root?: string;
+  /** DOCUMENT_ID_SECRET: document IDs are keyed by it (documentIdOf). */
+  idSecret?: string;
+  /** The endings a folder is searched for (DEFAULT_DOCUMENT_EXTENSIONS); a file named itself is read anyway. */
+  extensions?: readonly string[];
+}
+
 /**
  * Expands files and folders into documents, each identified by its path (documentIdOf, relative to `root`; keyed
  * by `idSecret` when given). Nothing is dropped silently: every argument that is not a usable document comes back
@@ -67,7 +109,7 @@ export type Collected = { document: DocumentFile } | { rejected: Rejected };
 export function collectDocuments(
   args: readonly string[],
   maxBytes: number,
-  options: { root?: string; idSecret?: string } = {},
+  options: FolderOptions = {},
 ): { documents: DocumentFile[]; rejected: Rejected[] } {
   const documents: DocumentFile[] = [];
   const rejected: Rejected[] = [];
@@ -85,8 +127,9 @@ export function collectDocuments(
 export function* eachDocument(
   args: readonly string[],
   maxBytes: number,
-  { root = process.cwd(), idSecret }: { root?: string; idSecret?: string } = {},
+  { root = process.cwd(), idSecret, extensions = DEFAULT_DOCUMENT_EXTENSIONS }: FolderOptions = {},
 ): Generator<Collected> {
+  const endings = new Set(extensions);
   const consider = (source: string, readFrom: string, flags: number): Collected => {
     const read = readDocument(readFrom, flags, maxBytes);
     if (!read.ok) return { rejected: { source, reason: read.reason } };
@@ -110,12 +153,13 @@ export function* eachDocument(
       continue;
     }
     if (stat.isDirectory()) {
-      const entries = listFolder(arg);
+      const entries = listFolder(arg, endings);
       if (entries.length === 0) {
+        const listed = [...endings].join(', ');
         yield {
           rejected: {
             source: arg,
-            reason: `the folder holds no ${[...DOCUMENT_EXTENSIONS].join(', ')} files`,
+            reason: `the folder holds no ${listed} files; to read other endings, set DOCUMENT_EXTENSIONS (e.g. DOCUMENT_EXTENSIONS=.md,.rst)`,
           },
         };
       }
@@ -199,10 +243,15 @@ export function versionOf(bytes: Uint8Array): string {
   return blobRefOf(bytes);
 }
 
-/** The first Markdown heading, else the file name. */
+/**
+ * A document's title. Markdown (a file ending in .md or .markdown, or in nothing) is titled by its front matter's
+ * `title:`, else by its first heading; plain text (any other ending: .txt, .rst, .adoc...) and Markdown with
+ * neither, by the file name.
+ */
 export function titleOf(text: string, file: string): string {
-  const heading = /^#{1,6}\s+(.+?)\s*#*\s*$/m.exec(text)?.[1];
-  return detached((heading ?? path.basename(file)).slice(0, 300));
+  const ending = path.extname(file).toLowerCase();
+  const title = ending === '' || MARKDOWN_EXTENSIONS.has(ending) ? markdownTitle(text) : undefined;
+  return detached((title ?? path.basename(file)).slice(0, 300));
 }
 
 /**
@@ -219,21 +268,21 @@ function detached(part: string): string {
 type FolderEntry = { source: string; readFrom: string } | Rejected;
 
 /**
- * The documents of a folder and its subfolders, in path order, without ever leaving it. Entries are looked at
- * with lstat, so a link is seen as a link: a link to a folder is never descended into (no loop, no escape through
- * `..`) and is listed as refused; a link to a document outside the folder is refused, never read (a `notes.md`
+ * The documents (files with one of `endings`) of a folder and its subfolders, in path order, without ever
+ * leaving it. Entries are looked at with lstat, so a link is seen as a link: a link to a folder is never descended
+ * into (no loop, no escape through `..`) and is listed as refused; a link to a document outside the folder is refused, never read (a `notes.md`
  * pointing at a credentials file must not reach the model or the publish target); a link to a document inside
  * the folder is read, under the link's own path (another document, as documentIdOf says). Links to files are
  * looked at only with a document ending, like any file.
  */
-function listFolder(dir: string): FolderEntry[] {
+function listFolder(dir: string, endings: ReadonlySet<string>): FolderEntry[] {
   const boundary = fs.realpathSync(dir);
   const entries: FolderEntry[] = [];
   const walk = (folder: string): void => {
     for (const name of fs.readdirSync(folder)) {
       const source = path.join(folder, name);
       const stat = fs.lstatSync(source);
-      const isDocument = DOCUMENT_EXTENSIONS.has(path.extname(name).toLowerCase());
+      const isDocument = endings.has(path.extname(name).toLowerCase());
       if (stat.isDirectory()) {
         walk(source);
       } else if (stat.isSymbolicLink()) {

@@ -31,7 +31,8 @@ export async function storeDocuments(
   const seen = new Set<string>();
   const inFlight = new Set<Promise<void>>();
   let failure: unknown;
-  for (const item of eachDocument(paths, config.maxDocumentBytes, { idSecret: config.documentIdSecret })) {
+  const folders = { idSecret: config.documentIdSecret, extensions: config.documentExtensions };
+  for (const item of eachDocument(paths, config.maxDocumentBytes, folders)) {
     if ('rejected' in item) {
       rejected.push(failedOutcome(item.rejected.source, undefined, item.rejected.reason));
       continue;
