@@ -76,10 +76,16 @@ export default tseslint.config(
                 'Import activities as types only: their code does I/O and must stay out of the sandbox.',
             },
             {
-              group: ['../src/*', '!../src/contract', '!../src/steps', '!../src/batch-contract'],
+              group: [
+                '../src/*',
+                '!../src/contract',
+                '!../src/steps',
+                '!../src/batch-contract',
+                '!../src/batch-steps',
+              ],
               allowTypeImports: true,
               message:
-                'Workflow code may import only the workflow-safe ../src/steps, ../src/contract and ../src/batch-contract (other modules do I/O).',
+                'Workflow code may import only the workflow-safe ../src/steps, ../src/contract, ../src/batch-steps and ../src/batch-contract (other modules do I/O).',
             },
             {
               group: ['node:*'],

@@ -192,14 +192,6 @@ export interface PipelineResult {
 
 export const StepStateSchema = z.enum(STEP_STATES);
 
-/** The model steps' results within a workflow result, whichever steps there are: for usage and cost totals. */
-export function modelStepResults(result: PipelineResult): ModelStepFields[] {
-  return Object.values(result).flatMap((value) => {
-    const parsed = ModelStepFieldsSchema.safeParse(value);
-    return parsed.success ? [parsed.data] : [];
-  });
-}
-
 /**
  * Parses with zod and turns a failure into a non-retryable ApplicationFailure naming each bad field.
  * In workflow code a raw ZodError would fail the workflow *task* and leave the run "Running" forever.
