@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../config';
 import { runMain, UserFacingError } from '../lib/run-main';
 import { InvalidDurationError, parseDuration } from '../runs/retention';
@@ -34,6 +35,12 @@ async function run(): Promise<void> {
     return;
   }
   const config = loadConfig();
+  // The replay worker's state changes, and core's warning for each run that fails to replay, which the lines
+  // below already name: errors only.
+  Runtime.install({
+    logger: new DefaultLogger('ERROR'),
+    telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
+  });
   // Unset TEMPORAL_ADDRESS means the embedded server, as for npm start: on its port.
   const endpoint =
     config.temporal.address === undefined
