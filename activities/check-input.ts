@@ -1,3 +1,5 @@
+import { BatchInputSchema } from '../src/batch-contract';
+import type { CheckedBatchInput } from '../src/batch-contract';
 import { parseOrFail, PipelineInputSchema } from '../src/contract';
 import type { CheckedPipelineInput } from '../src/contract';
 
@@ -8,4 +10,9 @@ import type { CheckedPipelineInput } from '../src/contract';
  */
 export async function checkPipelineInput(rawInput: unknown): Promise<CheckedPipelineInput> {
   return parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
+}
+
+/** The batch workflow's input, checked by the worker for the same reason (see checkPipelineInput). */
+export async function checkBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
+  return parseOrFail(BatchInputSchema, rawInput, 'batch input');
 }

@@ -1,7 +1,7 @@
 import type { BlobStore } from '../src/documents/blobs';
 import type { Publisher } from '../src/publisher/types';
 import { createBatchActivities } from './batch';
-import { checkPipelineInput } from './check-input';
+import { checkBatchInput, checkPipelineInput } from './check-input';
 import type { ModelStepDependencies } from './model-step';
 import { createPublish } from './publish';
 import { createSummarize } from './summarize';
@@ -22,6 +22,7 @@ export function createActivities(deps: ActivityDependencies) {
     publish: createPublish(deps),
     ...createBatchActivities(deps),
     checkPipelineInput,
+    checkBatchInput,
   };
 }
 

@@ -4,8 +4,9 @@
  * Starts a throwaway dev server, runs the pipeline with the offline model and the SQLite target in a temp data
  * folder, and writes each run's history to `test/histories/<label>-<document name>.json`, plus one run that
  * fails in its first step (`<label>-missing-text.json`). Record a new set
- * whenever the workflow changes shape (before and after a `patched()` change), and commit it: the replay test
- * then proves that today's workflow code still replays every run yesterday's code left in a history.
+ * whenever the workflow changes shape (before and after a `patched()` change: for "before", record with the
+ * `patched()` call replaced by `false`, then restore it), and commit it: the replay test then proves that
+ * today's workflow code still replays every run yesterday's code left in a history.
  */
 import fs from 'node:fs';
 import os from 'node:os';

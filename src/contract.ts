@@ -1,9 +1,9 @@
 /**
  * The contract of the workflow and its steps: each step's input and result schemas (one section per step), the
  * workflow's input and result, and the validation that turns bad input into a clear, non-retryable failure; with
- * the names and constants of src/steps.ts, re-exported here. Activities and clients read it; the workflow reads
- * only src/steps.ts on its usual path (the worker checks its input, see checkPipelineInput) and this module only to
- * replay runs started before that. Workflow-safe: no Node builtins, no I/O.
+ * the names and constants of src/steps.ts, re-exported here. Activities and clients read it; the workflows read
+ * only src/steps.ts (the worker checks their inputs, see checkPipelineInput), so no run builds these schemas in
+ * the sandbox. No Node builtins, no I/O.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
@@ -191,14 +191,6 @@ export interface PipelineResult {
 }
 
 export const StepStateSchema = z.enum(STEP_STATES);
-
-/** The model steps' results within a workflow result, whichever steps there are: for usage and cost totals. */
-export function modelStepResults(result: PipelineResult): ModelStepFields[] {
-  return Object.values(result).flatMap((value) => {
-    const parsed = ModelStepFieldsSchema.safeParse(value);
-    return parsed.success ? [parsed.data] : [];
-  });
-}
 
 /**
  * Parses with zod and turns a failure into a non-retryable ApplicationFailure naming each bad field.

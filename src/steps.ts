@@ -6,6 +6,7 @@
  * src/contract.ts, which re-exports all of this; workers check inputs and results with them.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import type { ModelStepFields, PipelineResult } from './contract';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
 
@@ -153,4 +154,42 @@ function isPlainRecord(value: unknown): value is Record<string, unknown> {
 function hasExactly(record: Record<string, unknown>, keys: readonly string[]): boolean {
   const own = Object.keys(record);
   return own.length === keys.length && keys.every((key) => Object.hasOwn(record, key));
+}
+
+/**
+ * The model steps' results within a workflow result, whichever steps there are: for usage and cost totals. A
+ * result is a model step's when it has ModelStepFieldsSchema's fields (checked here without the schema, so the
+ * batch workflow can sum them in the sandbox; test/input-check.test.ts holds the check to the schema).
+ */
+export function modelStepResults(result: PipelineResult): ModelStepFields[] {
+  return Object.values(result).filter(isModelStepFields);
+}
+
+/** True when `value` passes ModelStepFieldsSchema. */
+export function isModelStepFields(value: unknown): value is ModelStepFields {
+  if (!isObject(value)) return false;
+  const { idempotencyKey, model, usage, memoised, estimatedCostUsd, rejectedUsage } = value;
+  return (
+    typeof idempotencyKey === 'string' &&
+    isObject(model) &&
+    typeof model.provider === 'string' &&
+    model.provider.length > 0 &&
+    typeof model.model === 'string' &&
+    isUsage(usage) &&
+    typeof memoised === 'boolean' &&
+    (estimatedCostUsd === undefined ||
+      estimatedCostUsd === null ||
+      (typeof estimatedCostUsd === 'number' && Number.isFinite(estimatedCostUsd) && estimatedCostUsd >= 0)) &&
+    (rejectedUsage === undefined || isUsage(rejectedUsage))
+  );
+}
+
+function isUsage(value: unknown): boolean {
+  if (!isObject(value)) return false;
+  const count = (n: unknown) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
+  return count(value.inputTokens) && count(value.outputTokens);
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

@@ -9,11 +9,12 @@ import fc from 'fast-check';
 import { BatchOptionsSchema } from '../src/batch-contract';
 import {
   INPUT_SCHEMA_VERSION,
+  ModelStepFieldsSchema,
   OPTION_LIMITS,
   PipelineInputSchema,
   PipelineOptionsSchema,
 } from '../src/contract';
-import { isCompletePipelineInput } from '../src/steps';
+import { isCompletePipelineInput, isModelStepFields } from '../src/steps';
 
 const optionNames = Object.keys(OPTION_LIMITS) as (keyof typeof OPTION_LIMITS)[];
 
@@ -108,5 +109,29 @@ describe('isCompletePipelineInput', () => {
     // A partial input (the Temporal CLI, an older client) goes to the worker's check instead.
     assert.equal(isCompletePipelineInput({ ...base, options: { maxTags: 5 } }), false);
     assert.equal(isCompletePipelineInput(base), false);
+  });
+});
+
+describe('isModelStepFields', () => {
+  const usage = fc.record({ inputTokens: fc.integer({ min: -2, max: 1e6 }), outputTokens: fc.nat() });
+  const fields = fc.record(
+    {
+      idempotencyKey: fc.oneof(fc.string(), fc.integer()),
+      model: fc.record({ provider: fc.string({ maxLength: 3 }), model: fc.string() }),
+      usage: fc.oneof(usage, fc.anything()),
+      memoised: fc.oneof(fc.boolean(), fc.anything()),
+      estimatedCostUsd: fc.oneof(fc.double(), fc.constant(null), fc.anything()),
+      rejectedUsage: fc.oneof(usage, fc.anything()),
+      summary: fc.string(),
+    },
+    { requiredKeys: ['idempotencyKey', 'model', 'usage'] },
+  );
+  it('says of a value what ModelStepFieldsSchema says (the batch sums model steps with it in the sandbox)', () => {
+    fc.assert(
+      fc.property(fc.oneof(fields, fc.anything()), (value) => {
+        assert.equal(isModelStepFields(value), ModelStepFieldsSchema.safeParse(value).success);
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });

@@ -1,8 +1,9 @@
 /**
  * Replay of committed histories: today's workflow code must reproduce, command for command, every run that
- * yesterday's code recorded. `sequential-*.json` were recorded before summarize and tag ran in parallel,
- * `parallel-*.json` after (both with `npm run record-histories`). A change that breaks an open run fails here,
- * not in production.
+ * yesterday's code recorded. `sequential-*.json` were recorded before summarize and tag ran in parallel (the code
+ * with its `patched('parallel-model-steps')` taken as false), `parallel-*.json` after, both with `npm run
+ * record-histories`. A change that breaks an open run fails here, not in production; `npm run check-replay` does
+ * the same against a server's runs.
  */
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -114,12 +115,22 @@ describe('replaying recorded histories', () => {
     );
   });
 
-  describe('the same change without patched()', () => {
-    let unguarded: WorkflowBundle;
+  describe('the same code with the patch and its old branch deleted', () => {
+    let deleted: WorkflowBundle;
     before(async () => {
-      unguarded = await bundleWorkflowCode({
-        workflowsPath: require.resolve('./fixtures/unguarded-workflow'),
+      deleted = await bundleWorkflowCode({
+        workflowsPath: require.resolve('../workflows'),
         logger: silentLogger,
+        webpackConfigHook: (config) => ({
+          ...config,
+          resolve: {
+            ...config.resolve,
+            alias: {
+              ...config.resolve?.alias,
+              '@temporalio/workflow$': require.resolve('./fixtures/patch-deleted'),
+            },
+          },
+        }),
       });
     });
 
@@ -130,7 +141,7 @@ describe('replaying recorded histories', () => {
       const [failed] = loadHistories('sequential-missing-text');
       assert.ok(failed, 'no sequential-missing-text.json: run npm run record-histories');
 
-      await assert.rejects(Worker.runReplayHistory({ workflowBundle: unguarded }, failed.history), (err) => {
+      await assert.rejects(Worker.runReplayHistory({ workflowBundle: deleted }, failed.history), (err) => {
         assert.ok(
           err instanceof DeterminismViolationError,
           `expected DeterminismViolationError, got ${String(err)}`,
@@ -138,8 +149,19 @@ describe('replaying recorded histories', () => {
         assert.match(err.message, /Nondeterminism error/);
         return true;
       });
-      const [result] = await replayAll(unguarded, [failed]);
-      assert.ok(result?.error instanceof DeterminismViolationError, String(result?.error));
+    });
+
+    // The marker a run recorded holds the call in place: without deprecatePatch() first, removing it breaks them.
+    it('fails to replay the runs that recorded the marker', async () => {
+      const results = await replayAll(deleted, loadHistories('parallel-'));
+      assert.ok(results.length >= 1);
+      for (const result of results) {
+        assert.ok(
+          result.error instanceof DeterminismViolationError,
+          `${result.workflowId}: ${String(result.error)}`,
+        );
+        assert.match(result.error.message, new RegExp(`patch marker encountered for change ${PATCH_ID}`));
+      }
     });
   });
 });

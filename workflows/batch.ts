@@ -3,23 +3,34 @@ import {
   continueAsNew,
   startChild,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import { ApplicationFailure, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  WorkflowExecutionAlreadyStartedError,
+} from '@temporalio/common';
 import type { WorkflowIdReusePolicy } from '@temporalio/common';
 import type { PipelineActivities } from '../activities';
+import type {
+  BatchEntry,
+  BatchFailure,
+  BatchProgress,
+  CheckedBatchInput,
+  HeldDocument,
+} from '../src/batch-contract';
 import {
-  BatchInputSchema,
   describeFailure,
   emptyTally,
   MAX_LISTED_FAILURES,
   OPEN_LISTED,
   tallyResult,
-} from '../src/batch-contract';
-import type { BatchEntry, BatchFailure, BatchProgress, HeldDocument } from '../src/batch-contract';
-import { FailureType, INPUT_SCHEMA_VERSION, parseOrFail, STEPS, workflowIdFor } from '../src/contract';
-import type { PipelineInput, PipelineResult, StepName } from '../src/contract';
+} from '../src/batch-steps';
+import type { PipelineInput, PipelineResult } from '../src/contract';
+import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
+import type { StepName } from '../src/steps';
 import { batchProgressQuery, deliveryHeldSignal } from './queries';
 
 const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
@@ -31,6 +42,12 @@ const { awaitRun } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '7 days',
   heartbeatTimeout: '30 seconds',
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
+});
+
+/** The worker checks the input, as for a document's run (workflows/index.ts): no schemas built in the sandbox. */
+const { checkBatchInput } = proxyLocalActivities<PipelineActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
 });
 
 /** How many times a document is looked at again when other submissions keep changing its runs meanwhile. */
@@ -48,8 +65,8 @@ const ROUNDS = 3;
  * version (counted, not rerun), under way with it (waited on), or another version's (replaced). Children are
  * ABANDONed when the batch closes: a document's run is its own checkpoint and outlives the batch that started it.
  */
-export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
-  const input = parseOrFail(BatchInputSchema, rawInput, 'batch input');
+export async function batch(rawInput: unknown): Promise<BatchProgress> {
+  const input = await checkedBatchInput(rawInput);
   const { manifestRef, total, options } = input;
   const carried = input.carried ?? { next: 0, tally: emptyTally(), failures: [], runs: 1 };
   const { tally, failures } = carried;
@@ -202,10 +219,20 @@ export async function runBatch(rawInput: unknown): Promise<BatchProgress> {
   }
   await condition(() => running === 0);
   if (next < total) {
-    await continueAsNew<typeof runBatch>({
+    await continueAsNew<typeof batch>({
       ...input,
       carried: { next, tally, failures, runs: carried.runs + 1 },
     });
   }
   return progress();
+}
+
+/** The input as the worker checked it; a bad input fails the batch with the check's own failure. */
+async function checkedBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
+  try {
+    return await checkBatchInput(rawInput);
+  } catch (err) {
+    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) throw err.cause;
+    throw err;
+  }
 }

@@ -11,7 +11,6 @@ import {
 } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
-import type { BatchProgress } from '../src/batch-contract';
 import type {
   CheckedPipelineInput,
   PipelineResult,
@@ -29,6 +28,7 @@ import {
 import { deliveryHeldSignal, deliverySettledSignal, progressQuery } from './queries';
 import type { PipelineProgress, StepName } from '../src/steps';
 
+export { batch } from './batch';
 export { batchProgressQuery, deliverySettledSignal, progressQuery } from './queries';
 
 /**
@@ -53,7 +53,10 @@ const modelStepOptions: ActivityOptions = {
   },
 };
 
-/** Publish: the target (or the ledger in front of a webhook) dedupes by key, so retrying is safe. */
+/**
+ * Publish: the target (or the ledger in front of a webhook) dedupes by key, so retrying is safe. A held delivery
+ * is not retried by the server: the workflow waits for its verdict (publishUntilSettled).
+ */
 const publishOptions: ActivityOptions = {
   activityId: 'publish',
   startToCloseTimeout: '1 minute',
@@ -63,7 +66,7 @@ const publishOptions: ActivityOptions = {
     backoffCoefficient: 2,
     maximumInterval: '10 minutes',
     // A refused payload fails alike on every attempt; the SDK marks argument-decoding failures retryable.
-    nonRetryableErrorTypes: [FailureType.PayloadRefused],
+    nonRetryableErrorTypes: [FailureType.PayloadRefused, FailureType.DeliveryHeld],
   },
 };
 
@@ -81,15 +84,8 @@ const { checkPipelineInput } = proxyLocalActivities<PipelineActivities>({
 export async function documentPipeline(rawInput: unknown): Promise<PipelineResult> {
   refuseOtherSchemaVersions(rawInput);
   // A complete input (what our clients send) is taken as it is; anything else is checked, with defaults filled
-  // in, by the worker. Runs started before the worker checked the input parsed it, and each step's result, here
-  // with zod: they replay that way. Drop the else path as the parallel-model-steps comment below says for its own.
-  const checkedByWorker = patched('input-checked-by-worker');
-  const legacy = checkedByWorker ? undefined : legacyContract();
-  const input: CheckedPipelineInput = legacy
-    ? legacy.parseOrFail(legacy.PipelineInputSchema, rawInput, 'pipeline input')
-    : isCompletePipelineInput(rawInput)
-      ? rawInput
-      : await checkedInput(rawInput);
+  // in, by the worker.
+  const input = isCompletePipelineInput(rawInput) ? rawInput : await checkedInput(rawInput);
   const { documentId, textRef, title, options } = input;
 
   const progress = initialProgress(documentId);
@@ -109,7 +105,6 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   // The model timeout and the step budget are per document, so the proxies are made per run from the defaults.
   const budget = { scheduleToCloseTimeout: `${options.stepBudgetMinutes} minutes` } as const;
   const modelTimeout = { ...budget, startToCloseTimeout: `${options.modelTimeoutSeconds} seconds` } as const;
-  const { publish } = proxyActivities<PipelineActivities>({ ...publishOptions, ...budget });
   const { summarize } = proxyActivities<PipelineActivities>({
     ...modelStepOptions,
     ...modelTimeout,
@@ -121,23 +116,17 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     activityId: 'tag',
   });
 
-  const summarizeStep = async (): Promise<SummarizeResult> => {
-    const result = await step('summarize', () =>
-      summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }),
-    );
-    return legacy ? legacy.parseOrFail(legacy.SummarizeResultSchema, result, 'summarize result') : result;
-  };
-  const tagStep = async (): Promise<TagResult> => {
-    const result = await step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags }));
-    return legacy ? legacy.parseOrFail(legacy.TagResultSchema, result, 'tag result') : result;
-  };
+  const summarizeStep = (): Promise<SummarizeResult> =>
+    step('summarize', () => summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }));
+  const tagStep = (): Promise<TagResult> =>
+    step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags }));
 
   // Summarize and tag are independent model calls, so they run side by side. In histories written before this
   // change tag is scheduled only after summarize completed: `patched` is false when such a run is replayed, and it
-  // keeps the sequential path. Remove that path once no run started before this deploy is open or still within
-  // the namespace's retention (queries replay closed runs too): replace `patched` with
-  // `deprecatePatch('parallel-model-steps')` and delete the else branch; drop deprecatePatch itself once the
-  // runs started with `patched` are gone in the same way.
+  // keeps the sequential path. `npm run check-replay` says when that path may go (docs/deploy.md): once no open or
+  // retained run needs it (queries replay closed runs too), replace `patched` with
+  // `deprecatePatch('parallel-model-steps')` and delete the else branch; drop deprecatePatch itself once no run
+  // recorded with `patched` is left either.
   let summary: SummarizeResult;
   let tags: TagResult;
   if (patched('parallel-model-steps')) {
@@ -161,13 +150,8 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   };
   // A held delivery (it may have landed unanswered: a person, or the receiver's lookup, must say) is a state of
   // the run, shown by its progress and its batch, not a retry that the step budget ends: the run waits for the
-  // verdict as long as it takes, then looks again. Runs started before this change keep retrying it in the step.
-  const published = patched('held-deliveries-wait')
-    ? await step('publish', () => publishUntilSettled(publishInput, budget, progress))
-    : await step('publish', () => publish(publishInput));
-  const publication: PublishResult = legacy
-    ? legacy.parseOrFail(legacy.PublishResultSchema, published, 'publish result')
-    : published;
+  // verdict as long as it takes, then looks again.
+  const publication = await step('publish', () => publishUntilSettled(publishInput, budget, progress));
   return { documentId, title, summary, tags, publication };
 }
 
@@ -185,14 +169,7 @@ async function publishUntilSettled(
   budget: Pick<ActivityOptions, 'scheduleToCloseTimeout'>,
   progress: PipelineProgress,
 ): Promise<PublishResult> {
-  const { publish } = proxyActivities<PipelineActivities>({
-    ...publishOptions,
-    ...budget,
-    retry: {
-      ...publishOptions.retry,
-      nonRetryableErrorTypes: [FailureType.PayloadRefused, FailureType.DeliveryHeld],
-    },
-  });
+  const { publish } = proxyActivities<PipelineActivities>({ ...publishOptions, ...budget });
   let woken = false;
   setHandler(deliverySettledSignal, () => void (woken = true));
   const parent = workflowInfo().parent;
@@ -235,23 +212,4 @@ async function checkedInput(rawInput: unknown): Promise<CheckedPipelineInput> {
     if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) throw err.cause;
     throw err;
   }
-}
-
-/**
- * The zod contract, loaded only when called: a module imported at the top is evaluated by every run in the
- * sandbox, this one only by the runs that replay the old path (and by batches).
- */
-function legacyContract(): typeof import('../src/contract') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  return require('../src/contract') as typeof import('../src/contract');
-}
-
-/**
- * Runs a batch of documents (workflows/batch.ts). Loaded on call for the reason legacyContract gives: this module
- * is evaluated by every document's run, the batch's code and schemas only by batches.
- */
-export async function batch(rawInput: unknown): Promise<BatchProgress> {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { runBatch } = require('./batch') as typeof import('./batch');
-  return runBatch(rawInput);
 }

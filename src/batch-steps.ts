@@ -1,0 +1,152 @@
+/**
+ * The part of the batch's contract that the batch workflow reads on every run: its constants, what it answers
+ * about its progress, its tally's arithmetic and how a failure is worded. Plain values and types, no schema
+ * library, for the reason src/steps.ts gives (every run evaluates the modules it imports afresh; the pipeline's
+ * runs evaluate this one too, since workflows/index.ts exports the batch). The schemas live in
+ * src/batch-contract.ts, which re-exports all of this.
+ */
+import { ActivityFailure, ChildWorkflowFailure, TimeoutFailure, TimeoutType } from '@temporalio/common';
+import { modelStepResults, STEPS } from './steps';
+import type { PipelineResult } from './contract';
+import type { StepName } from './steps';
+import type { BatchFailure, BatchTally } from './batch-contract';
+
+/** Bumped whenever BatchInput changes shape; older inputs are refused with a message, never guessed at. */
+export const BATCH_SCHEMA_VERSION = 1;
+
+/** The batch keeps the first MAX_LISTED_FAILURES failures and counts the rest. */
+export const MAX_LISTED_FAILURES = 500;
+
+/** The batch's answer to the progress query, and its result. */
+/** A document whose delivery waits for a verdict: its run, its source and the delivery's key. */
+export interface HeldDocument {
+  workflowId: string;
+  source: string;
+  heldKey: string;
+}
+
+export interface BatchProgress {
+  total: number;
+  /** Entries handed to a run (started or attached) so far. */
+  started: number;
+  running: number;
+  tally: BatchTally;
+  /** Listed failures with seq above the query's argument. */
+  failures: BatchFailure[];
+  /** Failures counted beyond the listed ones. */
+  unlistedFailures: number;
+  /** Runs of the batch so far (continue-as-new starts the next). */
+  runs: number;
+  /** Workflow IDs of the document runs in the window (up to OPEN_LISTED), for a follower's per-document lines. */
+  open: string[];
+  /**
+   * The runs in the window whose delivery is held for a verdict (npm run deliveries): they end once it is given.
+   * Optional: batches started before held deliveries were told to them do not have it.
+   */
+  held?: HeldDocument[];
+  /**
+   * Small batches (up to OPEN_LISTED documents) only: how each document was taken up, by its manifest index:
+   * started, started after ending the run of another version (replaced), found done earlier, or found under way
+   * (attached).
+   */
+  handled: {
+    index: number;
+    workflowId: string;
+    how: 'started' | 'replaced' | 'done earlier' | 'attached';
+    /** Workflow time (epoch ms) it was taken up. */
+    at: number;
+  }[];
+}
+export const OPEN_LISTED = 20;
+
+export function emptyTally(): BatchTally {
+  const steps = Object.fromEntries(STEPS.map((s) => [s, { done: 0, failed: 0 }])) as BatchTally['steps'];
+  return {
+    done: 0,
+    failed: 0,
+    superseded: 0,
+    doneEarlier: 0,
+    attached: 0,
+    replaced: 0,
+    steps,
+    inputTokens: 0,
+    outputTokens: 0,
+    costUsd: 0,
+    memoised: 0,
+  };
+}
+
+/** What a finished document adds to the tally: every step done, its tokens, cost and memo reuse. */
+export function tallyResult(tally: BatchTally, result: PipelineResult): void {
+  tally.done++;
+  if (result.publication.superseded === true) tally.superseded++;
+  for (const step of STEPS) tally.steps[step].done++;
+  for (const answer of modelStepResults(result)) {
+    tally.inputTokens += answer.usage.inputTokens + (answer.rejectedUsage?.inputTokens ?? 0);
+    tally.outputTokens += answer.usage.outputTokens + (answer.rejectedUsage?.outputTokens ?? 0);
+    tally.costUsd += answer.estimatedCostUsd ?? 0;
+    if (answer.memoised) tally.memoised++;
+  }
+}
+
+/**
+ * The batch's workflow ID: from the manifest's content, so submitting the same documents again (same versions,
+ * same order) attaches to the batch under way. A rerun is a new batch each time it is asked for.
+ */
+export function batchIdFor(manifestRef: string, rerunAt?: number): string {
+  const id = `batch-${manifestRef.slice('sha256:'.length, 'sha256:'.length + 24)}`;
+  return rerunAt === undefined ? id : `${id}-rerun-${rerunAt}`;
+}
+
+/** What `inspectRun` decided about the latest run under a document's workflow ID (see settleLatestRun). */
+export type RunVerdict =
+  /** This version completed before: nothing runs again. */
+  | { kind: 'completed'; runId: string }
+  /** A run of this version is under way: wait for it. */
+  | { kind: 'running'; runId: string }
+  /**
+   * Nothing blocks a new run any more (another version ended, or was ended now as `replaced`): start one with
+   * `reuse`, which still refuses to repeat this version if it completed meanwhile (unless rerunning).
+   */
+  | { kind: 'start'; replaced: boolean; reuse: 'ALLOW_DUPLICATE' | 'ALLOW_DUPLICATE_FAILED_ONLY' };
+
+/**
+ * Why a run failed, for one line: the failure chain is followed through its wrappers (WorkflowFailedError,
+ * ChildWorkflowFailure, ActivityFailure) to the failure that says what happened, and no further: a step that
+ * failed for good names its last error itself, and that error's own message was written while a retry was still
+ * to come. A step whose budget ran out says so, with its last attempt's error. The step is the activity's, if one
+ * failed.
+ */
+export function describeFailure(err: unknown): { reason: string; step: StepName | undefined } {
+  let step: StepName | undefined;
+  let current: unknown = err;
+  while (isWrapper(current) && current.cause instanceof Error) {
+    if (current instanceof ActivityFailure) {
+      const { activityType } = current;
+      step = STEPS.find((s) => s === activityType) ?? step;
+    }
+    current = current.cause;
+  }
+  if (current instanceof TimeoutFailure) {
+    const last = current.cause instanceof Error ? `; the last attempt: ${current.cause.message}` : '';
+    const budget =
+      current.timeoutType === TimeoutType.SCHEDULE_TO_CLOSE
+        ? "the step's budget (STEP_BUDGET_MINUTES) ran out"
+        : current.message;
+    return { reason: `${budget}${last}`, step };
+  }
+  return { reason: current instanceof Error ? current.message : String(current), step };
+}
+
+/** The failures that only say where another failed: the reason is in their cause. */
+function isWrapper(err: unknown): err is Error {
+  return (
+    err instanceof ActivityFailure ||
+    err instanceof ChildWorkflowFailure ||
+    (err instanceof Error && err.name === 'WorkflowFailedError')
+  );
+}
+
+/** What `awaitRun` reports of a run it waited on. */
+export type AwaitedRun =
+  { ok: true; result: PipelineResult } | { ok: false; reason: string; step: StepName | undefined };
