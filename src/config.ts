@@ -7,6 +7,8 @@ import type { PriceTable } from './model/pricing';
 import { DEFAULT_TASK_QUEUE } from './contract';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
+import { readTracingSettings } from './telemetry/otlp-settings';
+import type { TracingSettings } from './telemetry/otlp-settings';
 import type { TemporalSettings } from './temporal/settings';
 
 /** Levels of LOG_LEVEL, from the most to the least verbose. */
@@ -255,6 +257,8 @@ export interface Config {
   metrics: { host: string; port: number } | undefined;
   /** OTLP/HTTP collector that traces are exported to (`/v1/traces` is appended); unset: no tracing. */
   otlpEndpoint: string | undefined;
+  /** Where traces go and how, from the standard OTEL_* variables (src/telemetry/otlp-settings.ts). */
+  tracing: TracingSettings;
 }
 
 /** Thrown for a configuration a person has to fix; the message says which variable and how. */
@@ -272,6 +276,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   const e = parsed.data;
   const model = chooseModel(e);
   if ('problem' in model) throw new ConfigError(model.problem);
+  const tracing = readTracingSettings(env);
+  if ('problem' in tracing) throw new ConfigError(tracing.problem);
   const dataDir = path.resolve(cwd, e.DATA_DIR ?? 'data');
   return {
     temporal: readTemporalSettings(env, e.TEMPORAL_NAMESPACE),
@@ -313,5 +319,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     logLevel: e.LOG_LEVEL,
     metrics: e.METRICS_PORT === undefined ? undefined : { host: e.METRICS_HOST, port: e.METRICS_PORT },
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
+    tracing,
   };
 }
