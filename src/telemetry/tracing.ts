@@ -9,7 +9,7 @@
  * Spans leave over OTLP/HTTP, protobuf by default, as the standard OTEL_* variables say
  * (src/telemetry/otlp-settings.ts); with none set, no provider is started and nothing is traced. Telemetry never
  * decides a run: a collector that refuses, fails or stalls costs one log line (and one more once it answers again),
- * the spans meanwhile, and at most SHUTDOWN_EXPORT_MS at exit.
+ * the spans meanwhile, and at most SHUTDOWN_EXPORT_MS (and a second's grace) at exit.
  */
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core';
@@ -107,7 +107,11 @@ export function startTracing(
   return tracing;
 }
 
-/** Tracing to the configured OTLP collector, or undefined (and nothing started) when none is configured. */
+/**
+ * Tracing to the configured OTLP collector, or undefined (and nothing started) when none is configured. For entry
+ * points, which shut it down last: once shutdown gave up on the collector, the exporter's own request or retry
+ * timer (the SDK's exporter cannot be cancelled) may not hold the process for the rest of the export timeout.
+ */
 export function startConfiguredTracing(
   config: Pick<Config, 'tracing'>,
   log: () => Logger = logger,
@@ -117,7 +121,30 @@ export function startConfiguredTracing(
   const exporter = new ReportingExporter(otlpExporter(target), target.url, log);
   // The processor's own deadline for one export; the exporter's (the same) ends the request itself.
   const processor = new BatchSpanProcessor(exporter, { exportTimeoutMillis: target.timeoutMs });
-  return startTracing(processor, { resource, onShutdownTimeout: () => exporter.gaveUp(SHUTDOWN_EXPORT_MS) });
+  return startTracing(processor, {
+    resource,
+    onShutdownTimeout: () => {
+      exporter.gaveUp(SHUTDOWN_EXPORT_MS);
+      exitOnceOnlyTheExporterIsLeft();
+    },
+  });
+}
+
+/** How long the entry point may still take after its tracing gave up, before the exporter's leftovers are cut. */
+const EXIT_GRACE_MS = 1_000;
+
+/**
+ * Ends the process, with the exit code it has, if it is still alive EXIT_GRACE_MS from now: by then the entry
+ * point is done, and what holds the process is the exporter's socket to a stalled collector or its retry timer.
+ * The timer is unref'd, so a process that ends by itself is not kept for it; output still being written is.
+ */
+function exitOnceOnlyTheExporterIsLeft(): void {
+  const check = (): void => {
+    const writing = process.stdout.writableLength > 0 || process.stderr.writableLength > 0;
+    if (writing) setTimeout(check, 50).unref();
+    else process.exit();
+  };
+  setTimeout(check, EXIT_GRACE_MS).unref();
 }
 
 /** The OpenTelemetry exporter for `target`'s protocol. */
