@@ -10,20 +10,25 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { OTLPTraceExporter as ProtobufTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { BasicTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { z } from 'zod';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { closeServer, listenOnLoopback } from '../src/lib/loopback';
 import { STEPS } from '../src/contract';
-import { SHUTDOWN_EXPORT_MS } from '../src/telemetry/tracing';
+import { createLogger } from '../src/telemetry/log';
+import { ReportingExporter, SHUTDOWN_EXPORT_MS } from '../src/telemetry/tracing';
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { devServerEnv, installQuietRuntime } from './helpers';
 import { ensureOtlpProto, startOtlpReceiver } from './otlp-proto';
-import type { DecodedSpan, OtlpReceiver } from './otlp-proto';
+import type { DecodedSpan } from './otlp-proto';
 import { cleanupAfterAll, freePort, scratchDir } from './scratch';
 
 installQuietRuntime();
@@ -69,12 +74,20 @@ interface Finished {
 }
 
 /** `npm run pipeline -- <dir>` as its own process with `env`; killed after `timeoutMs` (then `code` is null). */
-async function pipeline(dir: string, processEnv: Record<string, string>, timeoutMs = 180_000): Promise<Finished> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'pipeline.ts'), dir], {
-    cwd: ROOT,
-    env: processEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+async function pipeline(
+  dir: string,
+  processEnv: Record<string, string>,
+  timeoutMs = 180_000,
+): Promise<Finished> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'pipeline.ts'), dir],
+    {
+      cwd: ROOT,
+      env: processEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   defer(() => void child.kill('SIGKILL'));
   let output = '';
   let summaryAt = 0;
@@ -159,7 +172,11 @@ describe('traces through npm run pipeline and npm run worker, to a protobuf-only
         OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment=otlp-test,team=docs%20pipeline',
       };
       const count = 4;
-      const traced = await worker({ ...shared, OTEL_SERVICE_NAME: 'otlp-test-worker', PUBLISH_WEBHOOK_URL: target.url });
+      const traced = await worker({
+        ...shared,
+        OTEL_SERVICE_NAME: 'otlp-test-worker',
+        PUBLISH_WEBHOOK_URL: target.url,
+      });
       const run = await pipeline(documents(count), { ...shared, OTEL_SERVICE_NAME: 'otlp-test-cli' });
       assert.equal(run.code, 0, run.output);
       assert.match(run.output, new RegExp(`${count} of ${count} document\\(s\\) published, 0 failed`));
@@ -194,7 +211,8 @@ describe('traces through npm run pipeline and npm run worker, to a protobuf-only
         assert.equal(span.resource['deployment.environment'], 'otlp-test', span.name);
         assert.equal(span.resource.team, 'docs pipeline', span.name);
       }
-      const service = (name: string) => new Set(spans.filter((s) => s.name === name).map((s) => s.resource['service.name']));
+      const service = (name: string) =>
+        new Set(spans.filter((s) => s.name === name).map((s) => s.resource['service.name']));
       assert.deepEqual(service('StartWorkflow:batch'), new Set(['otlp-test-cli']));
       assert.deepEqual(service('RunWorkflow:documentPipeline'), new Set(['otlp-test-worker']));
 
@@ -230,7 +248,10 @@ describe('traces through npm run pipeline and npm run worker, to a protobuf-only
       // Every span is in the batch's trace or in a document's: nothing else (no one-span traces for polls).
       const traces = new Set(spans.map((s) => s.traceId));
       assert.equal(traces.size, count + 1, `traces: ${traces.size}`);
-      assert.ok(fs.readFileSync(SHOWN, 'utf8').includes(batchTrace), `docs/observability.md does not show:\n${batchTrace}`);
+      assert.ok(
+        fs.readFileSync(SHOWN, 'utf8').includes(batchTrace),
+        `docs/observability.md does not show:\n${batchTrace}`,
+      );
     },
   );
 });
@@ -327,3 +348,55 @@ describe('a collector that fails costs one log line, never the outcome or a slow
     });
   }
 });
+
+describe('the exporter that reports', () => {
+  it(
+    'says once that the collector failed, and once that it takes spans again',
+    { timeout: 60_000 },
+    async () => {
+      const receiver = await startOtlpReceiver(python, { failFirst: 2 });
+      defer(() => receiver.close());
+      const lines: string[] = [];
+      const stream = new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+          done();
+        },
+      });
+      const log = createLogger({ stream, pretty: false });
+      const url = `${receiver.endpoint}/v1/traces`;
+      const exporter = new ReportingExporter(new ProtobufTraceExporter({ url }), url, () => log);
+      const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+      defer(() => provider.shutdown());
+      const tracer = provider.getTracer('otlp-test');
+      // One span an export: two refused (500), then two taken.
+      for (let i = 0; i < 4; i++) {
+        tracer.startSpan(`span ${i}`).end();
+        await until(async () => (await receiver.requests()).length > i, `export ${i + 1}`);
+      }
+      assert.deepEqual(
+        (await receiver.requests()).map((r) => r.status),
+        [500, 500, 200, 200],
+      );
+      assert.deepEqual(
+        (await receiver.spans()).map((s) => s.name),
+        ['span 2', 'span 3'],
+      );
+      const said = lines.map((l) => z.object({ level: z.string(), msg: z.string() }).parse(JSON.parse(l)));
+      assert.equal(said.length, 2, lines.join('\n'));
+      assert.equal(said[0]?.level, 'warn');
+      assert.match(said[0]?.msg ?? '', /Traces could not be exported to .* \(HTTP 500/);
+      assert.equal(said[1]?.level, 'info');
+      assert.match(said[1]?.msg ?? '', /Traces reach .* again; 2 span\(s\) were lost meanwhile/);
+    },
+  );
+});
+
+/** Polls `check` every 50 ms until it holds; fails after 20 s. */
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
