@@ -1,12 +1,10 @@
 /**
  * The workflow-side tracing interceptors, bundled into the workflow code (so: workflow-safe, no Node builtins).
- * They are the SDK's OpenTelemetry interceptors with two changes that make one document one trace:
- *
- * - A child workflow (a batch's document) starts a trace of its own instead of joining its parent's: the SDK
- *   would put every document of a batch, and every step of each, in the batch's one trace. The document's trace
- *   opens with a `StartWorkflow:<type>` span, as when a client starts the run itself, linked to the batch's
- *   `StartChildWorkflow:<type>` span, which links back to it.
- * - Queries are not traced: progress displays query every open run every round, one span (and one trace) each.
+ * They are the SDK's OpenTelemetry interceptors with one change that makes one document one trace: a child
+ * workflow (a batch's document) starts a trace of its own instead of joining its parent's, where the SDK would
+ * put every document of a batch, and every step of each, in the batch's one trace. The document's trace opens
+ * with a `StartWorkflow:<type>` span, as when a client starts the run itself, linked to the batch's
+ * `StartChildWorkflow:<type>` span, which links back to it.
  *
  * Only headers change, never a command, so histories replay as before. Span and trace IDs come from the
  * sandbox's seeded Math.random, the same on every replay.
@@ -22,24 +20,13 @@ import {
 import { headersWithContext, instrument } from '@temporalio/interceptors-opentelemetry/lib/instrumentation';
 import type {
   Next,
-  QueryInput,
   StartChildWorkflowExecutionInput,
-  WorkflowInboundCallsInterceptor,
   WorkflowInterceptors,
   WorkflowOutboundCallsInterceptor,
 } from '@temporalio/workflow';
 
 /** The attribute naming the workflow a span started, as the SDK's client spans name it. */
 const WORKFLOW_ID_ATTRIBUTE = 'temporalWorkflowId';
-
-class InboundWithoutQueries extends OpenTelemetryInboundInterceptor {
-  override handleQuery(
-    input: QueryInput,
-    next: Next<WorkflowInboundCallsInterceptor, 'handleQuery'>,
-  ): Promise<unknown> {
-    return next(input);
-  }
-}
 
 class OutboundWithDocumentTraces extends OpenTelemetryOutboundInterceptor {
   override startChildWorkflowExecution(
@@ -84,7 +71,7 @@ class OutboundWithDocumentTraces extends OpenTelemetryOutboundInterceptor {
 }
 
 export const interceptors = (): WorkflowInterceptors => ({
-  inbound: [new InboundWithoutQueries()],
+  inbound: [new OpenTelemetryInboundInterceptor()],
   outbound: [new OutboundWithDocumentTraces()],
   internals: [new OpenTelemetryInternalsInterceptor()],
 });
