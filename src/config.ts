@@ -255,7 +255,7 @@ export interface Config {
   logLevel: LogLevel;
   /** Where a worker serves Prometheus metrics (the Temporal runtime's and the pipeline's); unset: not served. */
   metrics: { host: string; port: number } | undefined;
-  /** OTLP/HTTP collector that traces are exported to (`/v1/traces` is appended); unset: no tracing. */
+  /** OTEL_EXPORTER_OTLP_ENDPOINT as given; what tracing uses, with every other OTEL_* variable, is `tracing`. */
   otlpEndpoint: string | undefined;
   /** Where traces go and how, from the standard OTEL_* variables (src/telemetry/otlp-settings.ts). */
   tracing: TracingSettings;
