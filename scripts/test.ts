@@ -19,6 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/config';
 import { runMain, UserFacingError } from '../src/lib/run-main';
 import { ensureTemporalExecutable } from '../src/temporal/binaries';
+import { ensureOtlpProto } from '../test/otlp-proto';
 import { ensurePromtool } from './tools/promtool';
 import { onDatabase } from '../test/postgres';
 
@@ -44,6 +45,7 @@ async function run(): Promise<void> {
   await ensurePromtool({ searchPath: config.searchPath }).catch((err: unknown) =>
     console.error(`npm test: ${String(err)}`),
   );
+  await ensureOtlpProto(); // the decoder of test/otlp-receiver.py, into the same .tools/venv
   const databaseUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   await waitForPostgres(databaseUrl);
 

@@ -8,6 +8,8 @@ import { DEFAULT_TASK_QUEUE } from './contract';
 import { DocumentExtensionsSchema } from './documents/files';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
+import { readTracingSettings } from './telemetry/otlp-settings';
+import type { TracingSettings } from './telemetry/otlp-settings';
 import type { TemporalSettings } from './temporal/settings';
 
 /** Levels of LOG_LEVEL, from the most to the least verbose. */
@@ -257,8 +259,10 @@ export interface Config {
   logLevel: LogLevel;
   /** Where a worker serves Prometheus metrics (the Temporal runtime's and the pipeline's); unset: not served. */
   metrics: { host: string; port: number } | undefined;
-  /** OTLP/HTTP collector that traces are exported to (`/v1/traces` is appended); unset: no tracing. */
+  /** OTEL_EXPORTER_OTLP_ENDPOINT as given; what tracing uses, with every other OTEL_* variable, is `tracing`. */
   otlpEndpoint: string | undefined;
+  /** Where traces go and how, from the standard OTEL_* variables (src/telemetry/otlp-settings.ts). */
+  tracing: TracingSettings;
 }
 
 /** Thrown for a configuration a person has to fix; the message says which variable and how. */
@@ -276,6 +280,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   const e = parsed.data;
   const model = chooseModel(e);
   if ('problem' in model) throw new ConfigError(model.problem);
+  const tracing = readTracingSettings(env);
+  if ('problem' in tracing) throw new ConfigError(tracing.problem);
   const dataDir = path.resolve(cwd, e.DATA_DIR ?? 'data');
   return {
     temporal: readTemporalSettings(env, e.TEMPORAL_NAMESPACE),
@@ -318,5 +324,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     logLevel: e.LOG_LEVEL,
     metrics: e.METRICS_PORT === undefined ? undefined : { host: e.METRICS_HOST, port: e.METRICS_PORT },
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
+    tracing,
   };
 }

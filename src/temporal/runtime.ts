@@ -8,11 +8,11 @@ import type { MetricsPage } from '../telemetry/metrics';
 import { startConfiguredTracing } from '../telemetry/tracing';
 import type { Tracing } from '../telemetry/tracing';
 
-type TelemetryConfig = Pick<Config, 'logLevel' | 'metrics' | 'otlpEndpoint'>;
+type TelemetryConfig = Pick<Config, 'logLevel' | 'metrics' | 'tracing'>;
 
 export interface ProcessTelemetry {
   logger: Logger;
-  /** Started when OTEL_EXPORTER_OTLP_ENDPOINT is set. */
+  /** Started when an OTLP collector is configured (OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables). */
   tracing: Tracing | undefined;
   /** Served when METRICS_PORT is set. */
   metricsPage: MetricsPage | undefined;
