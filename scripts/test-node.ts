@@ -226,10 +226,14 @@ async function runTests(node: InstalledNode, addon: string, files: string[]): Pr
     if (fs.existsSync(TOOLS_DIR)) fs.symlinkSync(fs.realpathSync(TOOLS_DIR), path.join(tree, '.tools'));
 
     console.log(`Node ${node.version}: ${files.join(' ')}`);
+    const env = environmentFor(node);
+    // TAP, as `npm test` prints on Node 20 (Node 23 and later print the spec reporter by default), so a CI log
+    // reads the same on every line: `# pass`, `# fail`, `not ok`.
+    env.NODE_OPTIONS = [env.NODE_OPTIONS, '--test-reporter=tap'].filter(Boolean).join(' ');
     const child = spawn(node.bin, ['--import', 'tsx', 'scripts/test.ts', ...files], {
       cwd: tree,
       stdio: 'inherit',
-      env: environmentFor(node),
+      env,
     });
     // Ctrl-C reaches the runner with this process (one terminal group); a SIGTERM to this process alone is
     // passed on. Either way the runner stops its tests, and the copy is removed once it has.
