@@ -2,8 +2,9 @@
 
 # The pipeline worker. Build: `docker compose build worker`; run through docker-compose.yml.
 
-# Shared base: Node 20 plus the toolchain better-sqlite3 falls back to when no prebuilt binary fits.
-FROM node:20-bookworm-slim AS base
+# Shared base: Node 24, the tested LTS line supported longest (see docs/deploy.md), plus the toolchain
+# better-sqlite3 falls back to when no prebuilt binary fits. The runtime stage uses the same image.
+FROM node:24-bookworm-slim AS base
 RUN apt-get update \
   && apt-get install -y --no-install-recommends python3 make g++ \
   && rm -rf /var/lib/apt/lists/*
@@ -22,7 +23,7 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev && npm cache clean --force
 
 # Runtime: no compiler, no devDependencies, no sources; code owned by root and read-only to the `node` user.
-FROM node:20-bookworm-slim AS runtime
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production \
   DATA_DIR=/app/data
 WORKDIR /app

@@ -14,6 +14,7 @@ import { z } from 'zod';
 import { CONFIG_VARIABLES, DEFAULT_TEMPORAL_PORT, DEFAULT_UI_PORT, loadConfig } from '../src/config';
 import { DEFAULT_TASK_QUEUE } from '../src/contract';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
+import { TESTED_NODE_RELEASES } from '../scripts/node-releases';
 import { DASHBOARD_FILE, dashboardQueries } from './dashboard';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -641,5 +642,31 @@ describe('Dockerfile', () => {
       s.instructions.some((i) => i.op === 'RUN' && /npm ci\b.*--omit=dev/.test(i.args)),
     );
     assert.ok(installsProdDeps, 'no stage installs production dependencies with npm ci --omit=dev');
+  });
+
+  it('builds and runs on one Node line, one that npm run test:node tests and engines admits', () => {
+    const stages = parseDockerfile(file);
+    const aliases = new Set(stages.map((s) => s.alias?.toLowerCase()));
+    const majors = new Set(
+      stages
+        .map((s) => s.from)
+        .filter((from) => !aliases.has(from.toLowerCase()))
+        .map((ref) => {
+          const { name, tag } = imageTag(ref);
+          assert.match(name, /(^|\/)node$/, `${ref} is not a Node image`);
+          return /^(\d+)\b/.exec(tag ?? '')?.[1];
+        }),
+    );
+    const [major, ...others] = majors;
+    assert.equal(others.length, 0, `the stages build on different Node lines: ${[...majors].join(', ')}`);
+    assert.ok(major !== undefined && major in TESTED_NODE_RELEASES, `node:${major} is not a tested line`);
+
+    const { engines } = z
+      .object({ engines: z.object({ node: z.string() }) })
+      .parse(JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')));
+    const admitted = engines.node.split('||').map((range) => /^\^(\d+)\b/.exec(range.trim())?.[1]);
+    for (const line of Object.keys(TESTED_NODE_RELEASES)) {
+      assert.ok(admitted.includes(line), `engines.node (${engines.node}) leaves out the tested Node ${line}`);
+    }
   });
 });
