@@ -11,7 +11,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import { createPipelineWorker } from '../src/temporal/worker';
 import {
   devServerEnv,
@@ -19,7 +18,7 @@ import {
   pipelineInput,
   pipelineWorker,
   SAMPLE_TEXT,
-  silentLogger,
+  workflowsWithWorkflowModule,
   startPipeline,
   tempParts,
 } from './helpers';
@@ -100,20 +99,7 @@ describe('npm run check-replay', () => {
     defer(() => env.teardown());
     local = await tempParts(defer);
     // The code before the patch: the same workflows, with patched() answering false and recording nothing.
-    const before = await bundleWorkflowCode({
-      workflowsPath: require.resolve('../workflows'),
-      logger: silentLogger,
-      webpackConfigHook: (config) => ({
-        ...config,
-        resolve: {
-          ...config.resolve,
-          alias: {
-            ...config.resolve?.alias,
-            '@temporalio/workflow$': require.resolve('./fixtures/patch-absent'),
-          },
-        },
-      }),
-    });
+    const before = await workflowsWithWorkflowModule(require.resolve('./fixtures/patch-absent'));
     const old = await createPipelineWorker({
       connection: env.nativeConnection,
       namespace: env.namespace ?? 'default',

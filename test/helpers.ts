@@ -44,7 +44,7 @@ import type { StartedPipeline } from '../src/runs/submit';
 import type { documentPipeline } from '../workflows';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { createPipelineWorker } from '../src/temporal/worker';
-import { scratchDir, tempDir } from './scratch';
+import { freePort, scratchDir, tempDir } from './scratch';
 import type { Defer } from './scratch';
 
 export type { StartedPipeline };
@@ -431,4 +431,54 @@ export async function until(condition: () => boolean, what: string, timeoutMs = 
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+}
+
+/** The workflows bundled with `@temporalio/workflow` swapped for a fixture (a patch answered one way, say). */
+export function workflowsWithWorkflowModule(fixture: string): Promise<WorkflowBundle> {
+  return bundleWorkflowCode({
+    workflowsPath: require.resolve('../workflows'),
+    logger: silentLogger,
+    webpackConfigHook: (config) => ({
+      ...config,
+      resolve: {
+        ...config.resolve,
+        alias: { ...config.resolve?.alias, '@temporalio/workflow$': fixture },
+      },
+    }),
+  });
+}
+
+/** One document's spans under its `StartWorkflow:documentPipeline` root, as test/otlp-proto.ts renders a tree. */
+export const DOCUMENT_SPANS_UNDER_START = [
+  '  RunWorkflow:documentPipeline',
+  '    StartActivity:summarize',
+  '      RunActivity:summarize',
+  '        model call',
+  '    StartActivity:tag',
+  '      RunActivity:tag',
+  '        model call',
+  '    StartActivity:publish',
+  '      RunActivity:publish',
+  '        publish POST',
+].join('\n');
+
+/** `npm run worker` on `env` with its metrics page on a free port, killed when the test ends. */
+export async function startMetricsWorker(
+  defer: Defer,
+  env: TestWorkflowEnvironment,
+  dataDir: string,
+  taskQueue: string,
+): Promise<{ worker: WorkerProcess; metricsPort: number }> {
+  const metricsPort = await freePort();
+  const worker = await startWorkerProcess({
+    ...process.env,
+    TEMPORAL_ADDRESS: env.address,
+    TEMPORAL_NAMESPACE: env.namespace ?? 'default',
+    TEMPORAL_TASK_QUEUE: taskQueue,
+    DATA_DIR: dataDir,
+    METRICS_PORT: String(metricsPort),
+    LOG_LEVEL: 'warn',
+  });
+  defer(async () => void (await worker.kill()));
+  return { worker, metricsPort };
 }

@@ -12,12 +12,11 @@ import path from 'node:path';
 import { before, describe, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePromtool } from '../scripts/tools/promtool';
-import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
 import { connectClient } from '../src/temporal/connection';
-import { devServerEnv, pipelineInput, SAMPLE_TEXT, tempParts } from './helpers';
-import { cleanupAfterAll, freePort, scratchDir } from './scratch';
+import { devServerEnv, pipelineInput, SAMPLE_TEXT, startMetricsWorker, tempParts } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 let env: TestWorkflowEnvironment;
@@ -52,17 +51,7 @@ describe('metrics lint', () => {
       const promtool = await ensurePromtool({ searchPath: loadConfig().searchPath });
       const local = await tempParts(defer);
       const taskQueue = `metrics-lint-${randomUUID()}`;
-      const port = await freePort();
-      const worker = await startWorkerProcess({
-        ...process.env,
-        TEMPORAL_ADDRESS: env.address,
-        TEMPORAL_NAMESPACE: env.namespace ?? 'default',
-        TEMPORAL_TASK_QUEUE: taskQueue,
-        DATA_DIR: local.dir,
-        METRICS_PORT: String(port),
-        LOG_LEVEL: 'warn',
-      });
-      defer(async () => void (await worker.kill()));
+      const { metricsPort: port } = await startMetricsWorker(defer, env, local.dir, taskQueue);
 
       // One document, so the runtime's counters and histograms have samples, not only declarations.
       const { client, close } = await connectClient(

@@ -26,7 +26,7 @@ import { createLogger } from '../src/telemetry/log';
 import { ReportingExporter, SHUTDOWN_EXPORT_MS } from '../src/telemetry/tracing';
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
-import { devServerEnv, installQuietRuntime } from './helpers';
+import { devServerEnv, DOCUMENT_SPANS_UNDER_START, installQuietRuntime } from './helpers';
 import { ensureOtlpProto, startOtlpReceiver } from './otlp-proto';
 import type { DecodedSpan } from './otlp-proto';
 import { cleanupAfterAll, freePort, scratchDir } from './scratch';
@@ -139,19 +139,8 @@ function renderTrace(all: readonly DecodedSpan[], traceId: string): string {
   return lines.join('\n');
 }
 
-const DOCUMENT_TRACE = [
-  'StartWorkflow:documentPipeline -> StartChildWorkflow:documentPipeline',
-  '  RunWorkflow:documentPipeline',
-  '    StartActivity:summarize',
-  '      RunActivity:summarize',
-  '        model call',
-  '    StartActivity:tag',
-  '      RunActivity:tag',
-  '        model call',
-  '    StartActivity:publish',
-  '      RunActivity:publish',
-  '        publish POST',
-].join('\n');
+const DOCUMENT_TRACE = `StartWorkflow:documentPipeline -> StartChildWorkflow:documentPipeline
+${DOCUMENT_SPANS_UNDER_START}`;
 
 describe('traces through npm run pipeline and npm run worker, to a protobuf-only OTLP receiver', () => {
   it(

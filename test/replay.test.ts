@@ -12,10 +12,10 @@ import path from 'node:path';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
-import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import type { ReplayResult, WorkflowBundle } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
-import { silentLogger, workflowBundle } from './helpers';
+import { workflowBundle, workflowsWithWorkflowModule } from './helpers';
 
 type History = temporal.api.history.v1.IHistory;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
@@ -118,20 +118,7 @@ describe('replaying recorded histories', () => {
   describe('the same code with the patch and its old branch deleted', () => {
     let deleted: WorkflowBundle;
     before(async () => {
-      deleted = await bundleWorkflowCode({
-        workflowsPath: require.resolve('../workflows'),
-        logger: silentLogger,
-        webpackConfigHook: (config) => ({
-          ...config,
-          resolve: {
-            ...config.resolve,
-            alias: {
-              ...config.resolve?.alias,
-              '@temporalio/workflow$': require.resolve('./fixtures/patch-deleted'),
-            },
-          },
-        }),
-      });
+      deleted = await workflowsWithWorkflowModule(require.resolve('./fixtures/patch-deleted'));
     });
 
     // Successful sequential runs do not catch it: the early `tag` command is matched to the later
