@@ -16,13 +16,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../src/config';
 import { runMain } from '../src/lib/run-main';
-import { ensureTemporalExecutable } from '../src/temporal/binaries';
 import { peakMiB } from './memory';
-import { devServerArgs } from '../src/temporal/tuning';
+import { startLocalDevServer } from '../src/temporal/local-server';
 
 const ROOT = path.resolve(__dirname, '..');
 const CORPUS = path.resolve(ROOT, '..', 'shared', 'corpus', 'rust-book');
@@ -96,16 +94,7 @@ async function run(): Promise<void> {
   const docs = arg('--docs', 10_000);
   const small = Math.max(1, Math.round(docs / 10));
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'pipeline-bench-batch-'));
-  const cli = await ensureTemporalExecutable('cli', loadConfig());
-  const server = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: { type: 'existing-path', path: cli },
-      ip: '127.0.0.1',
-      dbFilename: path.join(root, 'temporal.db'),
-      log: { format: 'pretty', level: 'error' },
-      extraArgs: devServerArgs({ persistent: true }),
-    },
-  });
+  const server = await startLocalDevServer(loadConfig(), { dbFilename: path.join(root, 'temporal.db') });
   const address = server.connection.options.address;
   const dataDir = path.join(root, 'data');
   const env: NodeJS.ProcessEnv = {

@@ -13,10 +13,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { SAMPLES_DIR } from '../src/config';
-import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { submitDocument } from '../src/runs/submit';
 import { loadConfig } from '../src/config';
 import { createDependencies } from '../src/dependencies';
@@ -26,7 +24,7 @@ import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import { createPipelineWorker } from '../src/temporal/worker';
 import { documentPipeline } from '../workflows';
-import { devServerArgs } from '../src/temporal/tuning';
+import { startLocalDevServer } from '../src/temporal/local-server';
 
 const HISTORIES_DIR = path.resolve(__dirname, '..', 'test', 'histories');
 /** A document whose text is not in the blob store: summarize fails without retry, and so does the run. */
@@ -63,12 +61,7 @@ async function run(): Promise<void> {
     throw new Error(rejected.map((r) => `${r.source}: ${r.reason}`).join('\n'));
   }
 
-  const env = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: resolveTemporalExecutable('cli', config),
-      extraArgs: devServerArgs({ persistent: false }),
-    },
-  });
+  const env = await startLocalDevServer(config);
   const { deps, stores, close } = await createDependencies(config);
   try {
     const worker = await createPipelineWorker({

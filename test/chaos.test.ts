@@ -38,10 +38,10 @@ import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { startModelServer } from '../src/cli/demo/model-server';
 import type { ChatRequest, ModelServer } from '../src/cli/demo/model-server';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
-import { completion, startCrashableWorker, temporalExecutable, writeWorkflowBundle } from './helpers';
+import { completion, startCrashableWorker, writeWorkflowBundle } from './helpers';
 import { freePort, tempDir } from './scratch';
 import { freshDatabase, onDatabase } from './postgres';
-import { devServerArgs } from '../src/temporal/tuning';
+import { startLocalDevServer } from '../src/temporal/local-server';
 
 const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt(2 ** 31);
 if (!Number.isSafeInteger(SEED))
@@ -291,16 +291,7 @@ describe('chaos', { concurrency: true }, () => {
       const startServer = async (): Promise<TestWorkflowEnvironment> => {
         for (let attempt = 1; ; attempt++) {
           try {
-            return await TestWorkflowEnvironment.createLocal({
-              server: {
-                executable: temporalExecutable('cli'),
-                ip: '127.0.0.1',
-                port,
-                dbFilename,
-                log: { format: 'pretty', level: 'error' },
-                extraArgs: devServerArgs({ persistent: true }),
-              },
-            });
+            return await startLocalDevServer(loadConfig(), { port, dbFilename });
           } catch (err) {
             if (attempt === 3) throw err;
             log(`the dev server did not start (${String(err).slice(0, 120)}); trying again`);

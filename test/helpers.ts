@@ -22,7 +22,7 @@ import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { loadConfig } from '../src/config';
 import { prebuiltBundle } from '../src/temporal/bundle';
-import { devServerArgs } from '../src/temporal/tuning';
+import { startLocalDevServer } from '../src/temporal/local-server';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema } from '../src/contract';
 import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
@@ -97,9 +97,7 @@ export function installQuietRuntime(logger = new DefaultLogger('ERROR')): Defaul
  * tests that wait in real time. The caller tears it down.
  */
 export function devServerEnv(): Promise<TestWorkflowEnvironment> {
-  return TestWorkflowEnvironment.createLocal({
-    server: { executable: temporalExecutable('cli'), extraArgs: devServerArgs({ persistent: false }) },
-  });
+  return startLocalDevServer(loadConfig());
 }
 
 /**
