@@ -15,6 +15,8 @@ import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { inSpan } from '../src/telemetry/spans';
 import { HEARTBEAT_EVERY_MS, withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
+import { timed } from './phases';
+import type { PhaseTimer } from './phases';
 
 /** What the two model steps need: the model, the memo of paid answers, the texts, prices, and the budgets. */
 export interface ModelStepDependencies {
@@ -28,6 +30,8 @@ export interface ModelStepDependencies {
   maxProviderErrors?: number;
   /** Where tokens, cost and memo hits are counted (the worker's metrics page); nowhere by default. */
   metrics?: PipelineMetrics;
+  /** Times each phase of a step (npm run bench's breakdown); nothing is timed without it. */
+  phases?: PhaseTimer;
 }
 
 export interface ModelStepAnswer<T> {
@@ -82,7 +86,7 @@ export async function runModelStep<T>(
     step,
     requestHash,
   };
-  const text = await deps.texts.read(textRef);
+  const text = await timed(deps.phases, 'text read', () => deps.texts.read(textRef));
   // The paid call is a span of its own in the document's trace: the key and the model, never the text.
   const { provider, model } = deps.model.info;
   const callAttributes = {
@@ -160,6 +164,7 @@ export async function askOnce<T>(
     prices = {},
     memoLeaseMs = DEFAULT_LEASE_MS,
     maxProviderErrors = DEFAULT_MAX_PROVIDER_ERRORS,
+    phases,
   }: {
     step: StepName;
     request: MemoRequest;
@@ -171,13 +176,14 @@ export async function askOnce<T>(
     prices?: PriceTable;
     memoLeaseMs?: number;
     maxProviderErrors?: number;
+    phases?: PhaseTimer | undefined;
   },
   ask: (retryHint: string | undefined) => Promise<ModelAnswer<T>>,
 ): Promise<ModelStepAnswer<T>> {
   const { memoKey } = request;
   let waitingLogged = false;
   for (;;) {
-    const claim = await memo.claim(request, owner, memoLeaseMs);
+    const claim = await timed(phases, 'memo claim', () => memo.claim(request, owner, memoLeaseMs));
     if (claim.kind === 'answered') {
       log.info('Reusing the memoised model answer: it was paid for before', { step, memoKey });
       return fromMemo(claim.answer, true, claim.rejected);
@@ -216,7 +222,7 @@ export async function askOnce<T>(
     try {
       let answer: ModelAnswer<T>;
       try {
-        answer = await ask(claim.rejected.at(-1)?.error);
+        answer = await timed(phases, 'model call', () => ask(claim.rejected.at(-1)?.error));
       } catch (err) {
         throw await releaseAfter(err);
       }
@@ -236,7 +242,7 @@ export async function askOnce<T>(
   async function storeAnswer(mine: StoredAnswer): Promise<StoredAnswer> {
     for (let tries = 1; ; tries++) {
       try {
-        return await memo.complete(memoKey, mine);
+        return await timed(phases, 'memo answer', () => memo.complete(memoKey, mine));
       } catch (err) {
         if (signal.aborted) throw err;
         if (tries === 1)

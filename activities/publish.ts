@@ -6,6 +6,8 @@ import { noMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
+import { timed, timedSync } from './phases';
+import type { PhaseTimer } from './phases';
 
 /**
  * Step 3, the one externally visible effect: hands the results to the publish target under the step's key.
@@ -14,18 +16,24 @@ import { idempotencyKey } from './idempotency';
  * reset) has already published, the target answers `superseded` instead of writing: the step succeeds with that
  * receipt, since there is nothing left to retry.
  */
-export function createPublish(deps: { publisher: Publisher; metrics?: PipelineMetrics }) {
+export function createPublish(deps: {
+  publisher: Publisher;
+  metrics?: PipelineMetrics;
+  phases?: PhaseTimer;
+}) {
   return async function publish(input: PublishInput): Promise<PublishResult> {
-    const publication = parseOrFail(PublishInputSchema, input, 'publish input');
+    const publication = timedSync(deps.phases, 'input check', () =>
+      parseOrFail(PublishInputSchema, input, 'publish input'),
+    );
     const key = idempotencyKey();
     const metrics = deps.metrics ?? noMetrics;
-    const receipt = await withHeartbeats((signal) => deps.publisher.publish(publication, key, signal)).catch(
-      (err: unknown) => {
-        const held = err instanceof ApplicationFailure && err.type === FailureType.DeliveryHeld;
-        metrics.publication(held ? 'held' : 'failed');
-        throw err;
-      },
-    );
+    const receipt = await withHeartbeats((signal) =>
+      timed(deps.phases, 'publication', () => deps.publisher.publish(publication, key, signal)),
+    ).catch((err: unknown) => {
+      const held = err instanceof ApplicationFailure && err.type === FailureType.DeliveryHeld;
+      metrics.publication(held ? 'held' : 'failed');
+      throw err;
+    });
     metrics.publication(receipt.superseded ? 'superseded' : receipt.duplicate ? 'duplicate' : 'published');
     // The spread keeps `superseded` when the target reported it.
     return { ...receipt, idempotencyKey: key, target: deps.publisher.kind };

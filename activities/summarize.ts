@@ -4,14 +4,20 @@ import { FailureType, parseOrFail, SummarizeInputSchema } from '../src/contract'
 import type { SummarizeInput, SummarizeResult } from '../src/contract';
 import { runModelStep } from './model-step';
 import type { ModelStepDependencies } from './model-step';
+import { timedSync } from './phases';
+
+/** The answer's shape, built once per worker rather than per step. */
+const SummarySchema = z.string();
 
 /** Step 1: a summary of the document from the model (or the offline extractive summarizer). */
 export function createSummarize(deps: ModelStepDependencies) {
   return async function summarize(input: SummarizeInput): Promise<SummarizeResult> {
-    const { textRef, maxSentences } = parseOrFail(SummarizeInputSchema, input, 'summarize input');
+    const { textRef, maxSentences } = timedSync(deps.phases, 'input check', () =>
+      parseOrFail(SummarizeInputSchema, input, 'summarize input'),
+    );
     const { value, ...answer } = await runModelStep(
       deps,
-      { step: 'summarize', textRef, input: { maxSentences }, valueSchema: z.string() },
+      { step: 'summarize', textRef, input: { maxSentences }, valueSchema: SummarySchema },
       (text, call) => deps.model.summarize(text, maxSentences, call),
     );
     if (value.trim() === '') {

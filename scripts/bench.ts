@@ -7,7 +7,11 @@
  * - this pipeline on a file-backed dev server: with the server's defaults, then tuned (src/temporal/tuning.ts),
  *   at 1, 4, 16 and 64 documents at once through the batch workflow, and one document at a time started eagerly;
  * - per-step overhead, history size, peak memory, worker cold start (bundle or source), and the time from a
- *   worker's SIGKILL to its step running again on another worker.
+ *   worker's SIGKILL to its step running again on another worker;
+ * - the project's own cost per step (the eager row less the yardstick, Temporal alone), and where it goes: the
+ *   activities' timed phases, workflow-task and activity time from the histories, the codec and a span alone;
+ * - the modelled throughput ceiling (Temporal alone's best, plus the model's CPU a document over the cores) and
+ *   how near the pipeline's best comes to it.
  *
  * Prints a markdown table, writes bench-results.json and bench-results.svg. A benchmark, not a test: it asserts
  * nothing and takes a few minutes. `--quick` runs 20 documents and skips the slow rows.
@@ -18,6 +22,7 @@ import path from 'node:path';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { runMain } from '../src/lib/run-main';
 import { call, checkpointLoop, model, plainLoop } from './bench/loops';
+import { microCosts } from './bench/breakdown';
 import { table, chart } from './bench/output';
 import { pipelineRuns } from './bench/pipeline';
 import { round } from './bench/rows';
@@ -78,6 +83,20 @@ async function run(): Promise<void> {
     const tuned = await runOn('tuned', true, QUICK ? [1, 16] : [1, 4, 16, 64], true, !QUICK);
 
     const checkpointMs = full.msPerDocP50;
+    const eagerRow = rows.find((r) => r.path.startsWith('pipeline, one document at a time'));
+    const aloneAtOne = rows.find((r) => r.path.startsWith('Temporal alone') && r.concurrency === 1);
+    const ownCost =
+      eagerRow?.perStepOverheadMsP50 !== undefined && aloneAtOne?.perStepOverheadMsP50 !== undefined
+        ? round(eagerRow.perStepOverheadMsP50 - aloneAtOne.perStepOverheadMsP50)
+        : undefined;
+    const aloneBest = Math.max(
+      ...rows.filter((r) => r.path.startsWith('Temporal alone')).map((r) => r.docsPerSecond),
+    );
+    // Temporal alone's best rate, with the model's CPU a document spread over every core on top: what the pipeline
+    // could reach if its own code cost nothing.
+    const ceiling = round(1 / (1 / aloneBest + plain.msPerDoc / 1000 / os.cpus().length));
+    const sample = await model.summarize(docs[0]?.text ?? 'Sample.', 3, call('sample'));
+    const micro = await microCosts({ summary: sample.value, usage: sample.usage, model: model.info });
     console.log('');
     console.log(table(rows, checkpointMs));
     const pipelineRows = rows.filter((r) => r.path.startsWith('pipeline'));
@@ -90,6 +109,13 @@ async function run(): Promise<void> {
       corpus: { where, documents: docs.length },
       perStepOverheadMsP50: tunedAtOne?.perStepOverheadMsP50,
       perStepOverheadMsP95: tunedAtOne?.perStepOverheadMsP95,
+      // The project's own cost: the pipeline one at a time (eager start) less Temporal alone one at a time.
+      ownCostMsPerStepP50: ownCost,
+      // Where it goes, one document at a time: see docs/speed.md.
+      ownCostBreakdown: {
+        ...tuned.breakdown,
+        microCosts: micro,
+      },
       // Against the checkpoint table's own cost per step (synchronous=FULL, as durable as the pipeline).
       perStepOverheadRatioToCheckpointLoop:
         tunedAtOne?.perStepOverheadMsP50 !== undefined && full.perStepOverheadMsP50 !== undefined
@@ -100,12 +126,19 @@ async function run(): Promise<void> {
       // The ceiling: the most documents a second Temporal alone gets through here.
       docsPerSecondBestTemporalAlone: Math.max(...temporalAlone.map((r) => r.docsPerSecond)),
       docsPerSecondBest: best,
+      // 1 / (1 / docsPerSecondBestTemporalAlone + model work a document / cores), the model's work from the plain
+      // loop (its mean time a document; one thread).
+      throughputCeilingDocsPerSecond: ceiling,
+      throughputCeilingFraction: round(best / ceiling, 2),
+      modelMsPerDoc: round(plain.msPerDoc, 2),
+      modelProcessCpuMsPerDoc: round(plain.cpuMsPerDoc, 2),
       checkpointLoopMsPerDoc: {
         full: full.msPerDocP50,
         normal: normal.msPerDocP50,
         plain: plain.row.msPerDocP50,
       },
       workerPeakMiB: round(peakRss / 2 ** 20),
+      workflowBundleKiB: tuned.bundleKiB,
       serverPeakMiB: { default: untuned.serverPeakMiB, tuned: tuned.serverPeakMiB },
       workerColdStartMs: tuned.coldStart,
       killToResumeMs: tuned.killToResumeMs,
@@ -115,8 +148,14 @@ async function run(): Promise<void> {
     console.log(
       `Per-step overhead p50 (tuned, 1 at a time): ${results.perStepOverheadMsP50} ms; best ${best} docs/s; ` +
         `worker peak ${results.workerPeakMiB} MiB; server peak ${tuned.serverPeakMiB ?? '?'} MiB (default ` +
-        `${untuned.serverPeakMiB ?? '?'} MiB).`,
+        `${untuned.serverPeakMiB ?? '?'} MiB); workflow bundle ${tuned.bundleKiB} KiB.`,
     );
+    console.log(
+      `Own cost per step p50 (eager row less Temporal alone, 1 at a time): ${ownCost ?? '?'} ms. Throughput ` +
+        `ceiling ${ceiling} docs/s (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a ` +
+        `document): the best row reaches ${Math.round((100 * best) / ceiling)}% of it.`,
+    );
+    console.log(`Breakdown: ${JSON.stringify(results.ownCostBreakdown, null, 1)}`);
     if (tuned.coldStart !== undefined) {
       console.log(
         `Worker cold start: ${tuned.coldStart.fromSourceMs} ms bundling from source, ${tuned.coldStart.fromBundleMs} ms from the prebuilt bundle.`,
@@ -128,7 +167,7 @@ async function run(): Promise<void> {
       );
     }
     fs.writeFileSync(path.join(ROOT, 'bench-results.json'), `${JSON.stringify(results, null, 2)}\n`);
-    fs.writeFileSync(path.join(ROOT, 'bench-results.svg'), chart(rows));
+    fs.writeFileSync(path.join(ROOT, 'bench-results.svg'), chart(rows, ceiling));
     console.log('Wrote bench-results.json and bench-results.svg.');
   } finally {
     clearInterval(sampler);

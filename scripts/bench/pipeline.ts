@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
@@ -11,6 +12,7 @@ import { prebuiltBundle } from '../../src/temporal/bundle';
 import { createPipelineWorker } from '../../src/temporal/worker';
 import { peakMiB } from '../memory';
 import { bundleFromSource } from './bundle';
+import { PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
 import { round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import { startServer } from './server';
@@ -23,6 +25,14 @@ export interface PipelineRun {
   serverPeakMiB: number | undefined;
   coldStart?: { fromSourceMs: number; fromBundleMs: number };
   killToResumeMs?: number;
+  /** The workflow bundle the worker loaded. */
+  bundleKiB: number;
+  /** One document at a time (eager start): the activities' phases, and each run's history split, beside the yardstick's. */
+  breakdown?: {
+    phases: ReturnType<PhaseRecorder['summary']>;
+    pipeline: ReturnType<typeof splitSummary>;
+    yardstick: ReturnType<typeof splitSummary>;
+  };
 }
 
 /** Runs the corpus through one server: the batch at each concurrency, optionally one by one with eager start. */
@@ -34,33 +44,64 @@ export async function pipelineRuns(
 ): Promise<PipelineRun> {
   const server = await startServer(root, options.label, options.tuned);
   const rows: Row[] = [];
-  const result: PipelineRun = { rows, serverPeakMiB: undefined };
+  const result: PipelineRun = { rows, serverPeakMiB: undefined, bundleKiB: 0 };
   try {
     const config = loadConfig({ DATA_DIR: path.join(server.dir, 'data'), TEMPORAL_ADDRESS: server.address });
     const parts = await createDependencies(config);
     const taskQueue = `bench-${options.label}`;
     const bundle = prebuiltBundle() ?? { code: await bundleFromSource(require.resolve('../../workflows')) };
+    result.bundleKiB = Math.round(
+      ('code' in bundle ? bundle.code.length : fs.statSync(bundle.codePath).size) / 1024,
+    );
+    // The activities time their phases for the breakdown (a PhaseTimer in the dependencies; off in every worker
+    // of the project).
+    const phases = new PhaseRecorder();
     const worker = await createPipelineWorker({
       connection: server.env.nativeConnection,
       namespace: 'default',
       taskQueue,
-      deps: parts.deps,
+      deps: { ...parts.deps, phases },
       workflowBundle: bundle,
     });
     // A client on the worker's own connection: the server may hand a started workflow's first task straight back
     // to this worker (eager start), skipping a round trip through the task queue.
     const client = new Client({ connection: server.env.nativeConnection, namespace: 'default' });
+    let eagerHistories: temporal.api.history.v1.IHistory[] = [];
     await worker.runUntil(async () => {
       for (const concurrency of options.concurrencies) {
         rows.push(await runBatch(client, parts.stores.blobs, taskQueue, docs, workMs, options, concurrency));
       }
       if (options.eager) {
-        rows.push(await runEagerOneByOne(client, parts.stores.blobs, taskQueue, docs, workMs, options.label));
+        phases.reset();
+        const eager = await runEagerOneByOne(
+          client,
+          parts.stores.blobs,
+          taskQueue,
+          docs,
+          workMs,
+          options.label,
+        );
+        rows.push(eager.row);
+        eagerHistories = eager.histories;
       }
     });
     if (options.eager) {
-      for (const concurrency of new Set([1, Math.max(...options.concurrencies)]))
-        rows.push(await runEmptySteps(server, client, docs.length, concurrency));
+      const phaseSummary = phases.summary(docs.length, STEPS_PER_DOCUMENT);
+      let yardstick: { histories: temporal.api.history.v1.IHistory[]; code: string } | undefined;
+      for (const concurrency of new Set([1, Math.max(...options.concurrencies)])) {
+        const empty = await runEmptySteps(server, client, docs.length, concurrency);
+        rows.push(empty.row);
+        if (concurrency === 1) yardstick = empty;
+      }
+      const yardstickHistories = yardstick?.histories ?? [];
+      result.breakdown = {
+        phases: phaseSummary,
+        pipeline: splitSummary(eagerHistories, await replayMsPerRun(bundle, eagerHistories)),
+        yardstick: splitSummary(
+          yardstickHistories,
+          await replayMsPerRun({ code: yardstick?.code ?? '' }, yardstickHistories),
+        ),
+      };
     }
     if (options.extras) {
       result.coldStart = await coldStart(server, parts.deps, taskQueue);
@@ -149,7 +190,7 @@ async function runEagerOneByOne(
   docs: readonly Doc[],
   workMs: Map<string, number>,
   label: string,
-): Promise<Row> {
+): Promise<{ row: Row; histories: temporal.api.history.v1.IHistory[] }> {
   const perDoc: number[] = [];
   const overhead: number[] = [];
   const started = performance.now();
@@ -175,11 +216,17 @@ async function runEagerOneByOne(
     overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
   }
   const seconds = (performance.now() - started) / 1000;
-  return timedRow(
+  const histories = await Promise.all(
+    docs.map((doc) =>
+      client.workflow.getHandle(workflowIdFor(`bench-${label}-eager:${doc.name}`)).fetchHistory(),
+    ),
+  );
+  const row = timedRow(
     'pipeline, one document at a time, eager start, tuned server',
     1,
     perDoc,
     overhead,
     seconds,
   );
+  return { row, histories };
 }

@@ -5,6 +5,7 @@ import { bundleFromSource } from './bundle';
 import { STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Row } from './rows';
 import type { Server } from './server';
+import type { temporal } from '@temporalio/proto';
 
 /**
  * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, `concurrency` at once,
@@ -16,7 +17,7 @@ export async function runEmptySteps(
   client: Client,
   count: number,
   concurrency: number,
-): Promise<Row> {
+): Promise<{ row: Row; histories: temporal.api.history.v1.IHistory[]; code: string }> {
   const taskQueue = `bench-empty-steps-c${concurrency}`;
   const code = await bundleFromSource(require.resolve('./workflows'));
   const worker = await Worker.create({
@@ -48,5 +49,10 @@ export async function runEmptySteps(
   const seconds = (performance.now() - started) / 1000;
   const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
   const name = 'Temporal alone: the same three steps doing nothing, eager start';
-  return timedRow(name, concurrency, perDoc, perStep, seconds);
+  const histories = await Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      client.workflow.getHandle(`bench-empty-steps-c${concurrency}-${i}`).fetchHistory(),
+    ),
+  );
+  return { row: timedRow(name, concurrency, perDoc, perStep, seconds), histories, code };
 }
