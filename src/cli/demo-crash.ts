@@ -7,7 +7,7 @@ import type { PipelineResult } from '../contract';
 import { FileBlobStore } from '../documents/blobs';
 import { collectDocuments } from '../documents/files';
 import { runMain } from '../lib/run-main';
-import { SqliteAnswerMemo } from '../model/memo-sqlite';
+import { SqliteAnswerMemo } from '../model/memo-store';
 import { SqlitePublicationStore } from '../publisher/publication-store';
 import { startReceiver } from '../publisher/receiver';
 import { markSkippedOnResume, recoveryReport, runDetails } from '../runs/history';

@@ -1,0 +1,53 @@
+import type { Sql } from '../store/sql';
+import { blobRefOf, verifyBlob } from './blobs';
+import type { BlobStore } from './blobs';
+
+/**
+ * Blobs as rows of a database table: PostgreSQL's, so a client and workers on different hosts see one store (the
+ * SQLite default keeps them as files, see FileBlobStore).
+ */
+export class TableBlobStore implements BlobStore {
+  constructor(private readonly db: Sql) {}
+
+  get where(): string {
+    return `the ${this.db.where} blobs table`;
+  }
+
+  /** Stored again, a blob's age restarts: the sweep counts from its last submission. */
+  async put(bytes: Uint8Array): Promise<string> {
+    const ref = blobRefOf(bytes);
+    await this.db.run(
+      this.db.build
+        .insertInto('blobs')
+        .values({ ref, bytes: Buffer.from(bytes), created_at: this.db.now() })
+        .onConflict((conflict) => conflict.column('ref').doUpdateSet({ created_at: this.db.now() })),
+    );
+    return ref;
+  }
+
+  async get(ref: string): Promise<Buffer | undefined> {
+    const row = await this.db.first(this.db.build.selectFrom('blobs').select('bytes').where('ref', '=', ref));
+    return row === undefined ? undefined : verifyBlob(ref, Buffer.from(row.bytes), this.where);
+  }
+
+  async sweep(before: Date, keep: ReadonlySet<string>): Promise<number> {
+    const old = await this.db.rows(
+      this.db.build.selectFrom('blobs').select('ref').where('created_at', '<', this.db.time(before)),
+    );
+    const refs = old.map((row) => row.ref).filter((ref) => !keep.has(ref));
+    let removed = 0;
+    for (let i = 0; i < refs.length; i += SWEEP_BATCH) {
+      // Still old: a blob stored again since it was listed stays.
+      removed += await this.db.run(
+        this.db.build
+          .deleteFrom('blobs')
+          .where('ref', 'in', refs.slice(i, i + SWEEP_BATCH))
+          .where('created_at', '<', this.db.time(before)),
+      );
+    }
+    return removed;
+  }
+}
+
+/** How many references one DELETE of a sweep names. */
+const SWEEP_BATCH = 500;

@@ -1,0 +1,185 @@
+import { sql } from 'kysely';
+import { openSqlite } from '../store/sql-sqlite';
+import { dateOf, flagOf, jsonOf } from '../store/sql';
+import type { Sql } from '../store/sql';
+import type { WrittenTime } from '../store/schema';
+import { decideClaim, StoredAnswerSchema } from './memo';
+import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
+
+/** How many keys one DELETE of a sweep names. */
+const SWEEP_BATCH = 500;
+
+/**
+ * The memo in either backend: the embedded SQLite file of one machine, or PostgreSQL for a fleet, where leases are
+ * read against the database's clock, so hosts whose clocks disagree still agree on whose claim is live.
+ */
+export class SqlAnswerMemo implements AnswerMemo {
+  constructor(private readonly db: Sql) {}
+
+  async claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim> {
+    for (;;) {
+      // A new key is claimed by the INSERT alone: one statement, no transaction to hold open.
+      const created = await this.db.run(
+        this.db.build
+          .insertInto('model_memo')
+          .values({
+            memo_key: request.memoKey,
+            workflow_id: request.workflowId,
+            step: request.step,
+            request_hash: request.requestHash,
+            run_id: request.runId,
+            owner,
+            lease_until: this.db.clock(leaseMs),
+            created_at: this.db.now(),
+            updated_at: this.db.now(),
+          })
+          .onConflict((conflict) => conflict.column('memo_key').doNothing()),
+      );
+      if (created === 1) return { kind: 'owned', providerFailures: 0, rejected: [] };
+      const claim = await this.db.transaction((tx) => this.claimExisting(tx, request, owner, leaseMs));
+      // Swept between the INSERT and the read: claim it as new.
+      if (claim !== 'gone') return claim;
+    }
+  }
+
+  private async claimExisting(
+    tx: Sql,
+    request: MemoRequest,
+    owner: string,
+    leaseMs: number,
+  ): Promise<Claim | 'gone'> {
+    // Locked until commit (FOR UPDATE, or SQLite's write lock): concurrent claimers of one key take turns.
+    const found = await tx.first(
+      tx.build
+        .selectFrom('model_memo')
+        .select(['run_id', 'owner', 'lease_until', 'answer', 'provider_failures', 'rejected'])
+        .select(sql<boolean | number | null>`lease_until > ${tx.clock()}`.as('lease_live'))
+        .where('memo_key', '=', request.memoKey)
+        .$if(tx.lockRows, (q) => q.forUpdate()),
+    );
+    if (found === undefined) return 'gone';
+    const claim = decideClaim(
+      {
+        runId: found.run_id,
+        owner: found.owner,
+        leaseUntil: found.lease_until === null ? null : dateOf(found.lease_until),
+        leaseLive: flagOf(found.lease_live),
+        answer: found.answer === null ? null : jsonOf(found.answer),
+        providerFailures: found.provider_failures,
+        rejected: jsonOf(found.rejected),
+      },
+      request,
+      owner,
+    );
+    if (claim.kind !== 'owned') return claim;
+    await tx.run(
+      tx.build
+        .updateTable('model_memo')
+        .set({
+          owner,
+          lease_until: tx.clock(leaseMs),
+          run_id: request.runId,
+          provider_failures: claim.providerFailures,
+          rejected: JSON.stringify(claim.rejected),
+          updated_at: tx.now(),
+        })
+        .where('memo_key', '=', request.memoKey),
+    );
+    return claim;
+  }
+
+  async renew(memoKey: string, owner: string, leaseMs: number): Promise<boolean> {
+    const changed = await this.db.run(
+      this.db.build
+        .updateTable('model_memo')
+        .set({ lease_until: this.db.clock(leaseMs), updated_at: this.db.now() })
+        .where('memo_key', '=', memoKey)
+        .where('owner', '=', owner)
+        .where('answer', 'is', null),
+    );
+    return changed === 1;
+  }
+
+  async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
+    // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
+    const changed = await this.db.run(
+      this.db.build
+        .updateTable('model_memo')
+        .set({ answer: JSON.stringify(answer), owner: null, lease_until: null, updated_at: this.db.now() })
+        .where('memo_key', '=', memoKey)
+        .where('answer', 'is', null),
+    );
+    if (changed === 1) return answer;
+    const stored = await this.db.first(
+      this.db.build.selectFrom('model_memo').select('answer').where('memo_key', '=', memoKey),
+    );
+    return StoredAnswerSchema.parse(jsonOf(stored?.answer));
+  }
+
+  async release(memoKey: string, owner: string, release: Release): Promise<number> {
+    const counted = release.providerFailure === true || release.rejected !== undefined ? 1 : 0;
+    const rows = await this.db.rows(
+      this.db.build
+        .updateTable('model_memo')
+        .set((eb) => ({
+          provider_failures: eb('provider_failures', '+', counted),
+          owner: eb.case().when('owner', '=', owner).then(null).else(eb.ref('owner')).end(),
+          lease_until: eb
+            .case()
+            .when('owner', '=', owner)
+            .then(null)
+            .else(eb.ref('lease_until').$castTo<WrittenTime>())
+            .end(),
+          updated_at: this.db.now(),
+        }))
+        .$if(release.rejected !== undefined, (q) =>
+          q.set({ rejected: this.db.jsonAppend('rejected', JSON.stringify(release.rejected)) }),
+        )
+        .where('memo_key', '=', memoKey)
+        .returning('provider_failures'),
+    );
+    return rows[0]?.provider_failures ?? 0;
+  }
+
+  async count(): Promise<number> {
+    const row = await this.db.first(
+      this.db.build
+        .selectFrom('model_memo')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('answer', 'is not', null),
+    );
+    return Number(row?.n ?? 0);
+  }
+
+  async sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number> {
+    const old = await this.db.rows(
+      this.db.build
+        .selectFrom('model_memo')
+        .select(['memo_key', 'workflow_id'])
+        .where('updated_at', '<', this.db.time(before)),
+    );
+    const keys = old.filter((row) => !openWorkflowIds.has(row.workflow_id)).map((row) => row.memo_key);
+    let removed = 0;
+    for (let i = 0; i < keys.length; i += SWEEP_BATCH) {
+      // Still old: an entry touched since it was listed stays.
+      removed += await this.db.run(
+        this.db.build
+          .deleteFrom('model_memo')
+          .where('memo_key', 'in', keys.slice(i, i + SWEEP_BATCH))
+          .where('updated_at', '<', this.db.time(before)),
+      );
+    }
+    return removed;
+  }
+
+  close(): Promise<void> {
+    return this.db.close();
+  }
+}
+
+/** The memo in the embedded SQLite file of one machine (the default without DATABASE_URL). */
+export class SqliteAnswerMemo extends SqlAnswerMemo {
+  constructor(file: string) {
+    super(openSqlite(file, 'memo'));
+  }
+}

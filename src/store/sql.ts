@@ -1,0 +1,159 @@
+/**
+ * One way for the stores to reach either backend. Kysely builds each query (typed by schema.ts) and compiles it to
+ * the backend's dialect; it never runs one: a SQLite handle runs it on its better-sqlite3 file (sql-sqlite.ts), a
+ * PostgreSQL handle through the project's `Database` (sql-postgres.ts), whose outage retries, timeouts and error
+ * listeners stay in force for every statement. So each store is written once; what differs between the dialects
+ * (how a transaction holds its lock, the clock, JSON) is a method here, said once per backend.
+ */
+import {
+  DummyDriver,
+  Kysely,
+  OperationNodeTransformer,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+} from 'kysely';
+import type {
+  Compilable,
+  CompiledQuery,
+  KyselyPlugin,
+  PluginTransformQueryArgs,
+  PluginTransformResultArgs,
+  QueryResult,
+  RawBuilder,
+  RootOperationNode,
+  TableNode,
+  UnknownRow,
+} from 'kysely';
+import type { Schema, WrittenTime } from './schema';
+import { SQLITE_TABLE_NAMES } from './schema';
+
+export type Dialect = 'sqlite' | 'postgres';
+
+/** A query as the builder (or a `sql` template) gives it. */
+export type Query<O> = Compilable<O> | RawBuilder<O>;
+
+/** A connection to one backend, as every store uses it. */
+export interface Sql {
+  readonly dialect: Dialect;
+  /** Where the rows are, for messages: the file, or PostgreSQL. */
+  readonly where: string;
+  /** Builds (never runs) queries in this backend's dialect. */
+  readonly build: Kysely<Schema>;
+  rows<O>(query: Query<O>): Promise<O[]>;
+  first<O>(query: Query<O>): Promise<O | undefined>;
+  /** Runs a statement; returns the number of rows it changed. */
+  run(query: Query<unknown>): Promise<number>;
+  /**
+   * `work` in one transaction that holds the write lock it needs before it reads: SQLite's `BEGIN IMMEDIATE`
+   * takes the file's only write lock, so two claimers serialise instead of both reading "free"; PostgreSQL locks
+   * what the transaction reads with FOR UPDATE (see lockRows) or a named lock (see lock). Retried through an
+   * outage on PostgreSQL, the whole transaction again.
+   */
+  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Inside a transaction, waits for and holds a lock on `key` until it ends, so transactions on one key take
+   * turns. PostgreSQL: an advisory transaction lock (a number is used as is, a string hashed). SQLite: nothing
+   * to do, the transaction already holds the file's write lock.
+   */
+  lock(key: number | string): Promise<void>;
+  /** True where a read in a transaction must say FOR UPDATE to lock its rows (PostgreSQL, not SQLite). */
+  readonly lockRows: boolean;
+  /**
+   * The time now, to write: PostgreSQL's transaction time (`now()`); SQLite's epoch milliseconds, or ISO text
+   * in the publication file's columns, which were text before PostgreSQL came.
+   */
+  now(as?: 'text'): RawBuilder<WrittenTime>;
+  /** The time `offsetMs` from now on the backend's clock (PostgreSQL's `clock_timestamp()`): leases use it. */
+  clock(offsetMs?: number): RawBuilder<WrittenTime>;
+  /** A time to compare a column with: `date`, or `msAgo` before the backend's transaction time. */
+  time(date: Date): Date | number;
+  ago(msAgo: number): RawBuilder<Date | number>;
+  /** `column` with one JSON value (as text) appended to the array it holds. */
+  jsonAppend(column: string, json: string): RawBuilder<string>;
+  /** True when `table` has `column` (a migration that adds one asks first: an old SQLite file may have it). */
+  hasColumn(table: keyof Schema, column: string): Promise<boolean>;
+  /** Ends what this handle owns: a SQLite file's connection; a PostgreSQL handle borrows its opener's pool. */
+  close(): Promise<void>;
+}
+
+/** The builder of one dialect: compiles only (a dummy driver), so no query runs behind the executors' back. */
+export function builderFor(dialect: Dialect): Kysely<Schema> {
+  if (dialect === 'postgres') {
+    return new Kysely<Schema>({
+      dialect: {
+        createAdapter: () => new PostgresAdapter(),
+        createDriver: () => new DummyDriver(),
+        createIntrospector: (db) => new PostgresIntrospector(db),
+        createQueryCompiler: () => new PostgresQueryCompiler(),
+      },
+    });
+  }
+  return new Kysely<Schema>({
+    dialect: {
+      createAdapter: () => new SqliteAdapter(),
+      createDriver: () => new DummyDriver(),
+      createIntrospector: (db) => new SqliteIntrospector(db),
+      createQueryCompiler: () => new SqliteQueryCompiler(),
+    },
+    plugins: [new RenameTables(SQLITE_TABLE_NAMES)],
+  });
+}
+
+/** Compiles a builder's query, or a `sql` template against `build`. */
+export function compiled<O>(query: Query<O>, build: Kysely<Schema>): CompiledQuery<O> {
+  return 'isRawBuilder' in query ? query.compile(build) : query.compile();
+}
+
+/** Writes each table under the name `names` gives it, wherever a query names it. */
+class RenameTables implements KyselyPlugin {
+  private readonly transformer: Renamer;
+
+  constructor(names: Readonly<Partial<Record<string, string>>>) {
+    this.transformer = new Renamer(names);
+  }
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    return this.transformer.transformNode(args.node);
+  }
+
+  transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    return Promise.resolve(args.result);
+  }
+}
+
+class Renamer extends OperationNodeTransformer {
+  constructor(private readonly names: Readonly<Partial<Record<string, string>>>) {
+    super();
+  }
+
+  protected override transformTable(node: TableNode): TableNode {
+    const table = super.transformTable(node);
+    const name = this.names[table.table.identifier.name];
+    if (name === undefined) return table;
+    return { ...table, table: { ...table.table, identifier: { ...table.table.identifier, name } } };
+  }
+}
+
+/** A time column as read: a Date (PostgreSQL), epoch milliseconds or ISO text (SQLite). */
+export function dateOf(value: Date | number | string): Date {
+  return value instanceof Date ? value : new Date(value);
+}
+
+/** A JSON column as read: parsed already (PostgreSQL's jsonb), or text (SQLite). */
+export function jsonOf(value: unknown): unknown {
+  return typeof value === 'string' ? (JSON.parse(value) as unknown) : value;
+}
+
+/** A boolean as read: true/false (PostgreSQL), 1/0 (SQLite). */
+export function flagOf(value: unknown): boolean {
+  return value === true || value === 1;
+}
+
+/** Marks an expression as one of the backend's times, for a time column. */
+export function written(expression: RawBuilder<unknown>): RawBuilder<WrittenTime> {
+  return expression.$castTo<WrittenTime>();
+}
