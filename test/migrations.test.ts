@@ -14,6 +14,8 @@ import Database from 'better-sqlite3';
 import { sql } from 'kysely';
 import { z } from 'zod';
 import type { Database as Postgres } from '../src/lib/postgres';
+import type { AnswerMemo } from '../src/model/memo';
+import type { DeliveryLedger } from '../src/publisher/ledger';
 import { SqlAnswerMemo, SqliteAnswerMemo } from '../src/model/memo-store';
 import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
@@ -249,6 +251,31 @@ const ANSWER = {
 };
 const RECEIPT = { documentId: 'doc-old', revision: 1, duplicate: false };
 
+/** The memo entry an old file or database holds answers a later run's claim. */
+async function assertAnswered(memo: AnswerMemo): Promise<void> {
+  const request = {
+    memoKey: 'doc-old:summarize:h',
+    workflowId: 'doc-old',
+    runId: 'run-2',
+    step: 'summarize',
+    requestHash: 'h',
+  };
+  const claim = await memo.claim(request, 'owner', 60_000);
+  assert.deepEqual(claim, { kind: 'answered', answer: ANSWER, rejected: [] });
+}
+
+/** The delivery an old file or database holds answers its key's claim with its receipt. */
+async function assertDelivered(ledger: DeliveryLedger): Promise<void> {
+  const delivery = {
+    idempotencyKey: 'run-1:publish',
+    workflowId: 'doc-old',
+    documentId: 'doc-old',
+    version: 'v',
+    inFlightMs: 0,
+  };
+  assert.deepEqual(await ledger.claim(delivery, 'owner'), { kind: 'delivered', receipt: RECEIPT });
+}
+
 describe('SQLite files made before migrations', () => {
   it('upgrades a memo file, its answered entry intact', async () => {
     const file = oldFile(
@@ -258,18 +285,7 @@ describe('SQLite files made before migrations', () => {
        VALUES ('doc-old:summarize:h', 'doc-old', 'summarize', 'h', 'run-1', '${JSON.stringify(ANSWER)}', 1, 1)`,
     );
     const memo = new SqliteAnswerMemo(file);
-    const request = {
-      memoKey: 'doc-old:summarize:h',
-      workflowId: 'doc-old',
-      runId: 'run-2',
-      step: 'summarize',
-      requestHash: 'h',
-    };
-    assert.deepEqual(await memo.claim(request, 'owner', 60_000), {
-      kind: 'answered',
-      answer: ANSWER,
-      rejected: [],
-    });
+    await assertAnswered(memo);
     assert.equal(await memo.count(), 1);
     await memo.close();
     assert.deepEqual(shapeOf(file), await freshShape('memo.db', (f) => new SqliteAnswerMemo(f)));
@@ -290,14 +306,7 @@ describe('SQLite files made before migrations', () => {
                 ('run-0:publish', 'doc-older', 'doc-older', 'claimed', 'worker-0', 1, NULL, NULL, 2, 2)`,
       );
       const ledger = new SqliteDeliveryLedger(file);
-      const delivery = {
-        idempotencyKey: 'run-1:publish',
-        workflowId: 'doc-old',
-        documentId: 'doc-old',
-        version: 'v',
-        inFlightMs: 0,
-      };
-      assert.deepEqual(await ledger.claim(delivery, 'owner'), { kind: 'delivered', receipt: RECEIPT });
+      await assertDelivered(ledger);
       assert.deepEqual(
         (await ledger.openClaims()).map((e) => [e.idempotencyKey, e.owner]),
         [['run-0:publish', 'worker-0']],
@@ -411,27 +420,9 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
     const db = postgresSql(pool);
     assert.deepEqual(await versions(db), ALL_VERSIONS);
     const memo = new SqlAnswerMemo(db);
-    const request = {
-      memoKey: 'doc-old:summarize:h',
-      workflowId: 'doc-old',
-      runId: 'run-2',
-      step: 'summarize',
-      requestHash: 'h',
-    };
-    assert.deepEqual(await memo.claim(request, 'owner', 60_000), {
-      kind: 'answered',
-      answer: ANSWER,
-      rejected: [],
-    });
+    await assertAnswered(memo);
     const ledger = new SqlDeliveryLedger(db);
-    const delivery = {
-      idempotencyKey: 'run-1:publish',
-      workflowId: 'doc-old',
-      documentId: 'doc-old',
-      version: 'v',
-      inFlightMs: 0,
-    };
-    assert.deepEqual(await ledger.claim(delivery, 'owner'), { kind: 'delivered', receipt: RECEIPT });
+    await assertDelivered(ledger);
     assert.equal(await ledger.receiverHonoursKeys(RECEIVER), true);
 
     const fresh = postgresSql(ended(await openPostgres(await freshDatabase(defer))));

@@ -1,3 +1,4 @@
+import { removeInBatches } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { blobRefOf, verifyBlob } from './blobs';
 import type { BlobStore } from './blobs';
@@ -31,23 +32,13 @@ export class TableBlobStore implements BlobStore {
   }
 
   async sweep(before: Date, keep: ReadonlySet<string>): Promise<number> {
-    const old = await this.db.rows(
-      this.db.build.selectFrom('blobs').select('ref').where('created_at', '<', this.db.time(before)),
+    const old = this.db.time(before);
+    const rows = await this.db.rows(
+      this.db.build.selectFrom('blobs').select('ref').where('created_at', '<', old),
     );
-    const refs = old.map((row) => row.ref).filter((ref) => !keep.has(ref));
-    let removed = 0;
-    for (let i = 0; i < refs.length; i += SWEEP_BATCH) {
-      // Still old: a blob stored again since it was listed stays.
-      removed += await this.db.run(
-        this.db.build
-          .deleteFrom('blobs')
-          .where('ref', 'in', refs.slice(i, i + SWEEP_BATCH))
-          .where('created_at', '<', this.db.time(before)),
-      );
-    }
-    return removed;
+    const refs = rows.map((row) => row.ref).filter((ref) => !keep.has(ref));
+    return removeInBatches(refs, (batch) =>
+      this.db.run(this.db.build.deleteFrom('blobs').where('ref', 'in', batch).where('created_at', '<', old)),
+    );
   }
 }
-
-/** How many references one DELETE of a sweep names. */
-const SWEEP_BATCH = 500;

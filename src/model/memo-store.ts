@@ -1,13 +1,10 @@
 import { sql } from 'kysely';
 import { openSqlite } from '../store/sql-sqlite';
-import { dateOf, flagOf, jsonOf } from '../store/sql';
+import { dateOf, flagOf, jsonOf, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import type { WrittenTime } from '../store/schema';
 import { decideClaim, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
-
-/** How many keys one DELETE of a sweep names. */
-const SWEEP_BATCH = 500;
 
 /**
  * The memo in either backend: the embedded SQLite file of one machine, or PostgreSQL for a fleet, where leases are
@@ -152,24 +149,14 @@ export class SqlAnswerMemo implements AnswerMemo {
   }
 
   async sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number> {
-    const old = await this.db.rows(
-      this.db.build
-        .selectFrom('model_memo')
-        .select(['memo_key', 'workflow_id'])
-        .where('updated_at', '<', this.db.time(before)),
+    const old = this.db.time(before);
+    const memo = this.db.build;
+    return sweepClosedWorkflows(
+      this.db,
+      openWorkflowIds,
+      memo.selectFrom('model_memo').select(['memo_key as key', 'workflow_id']).where('updated_at', '<', old),
+      (keys) => memo.deleteFrom('model_memo').where('memo_key', 'in', keys).where('updated_at', '<', old),
     );
-    const keys = old.filter((row) => !openWorkflowIds.has(row.workflow_id)).map((row) => row.memo_key);
-    let removed = 0;
-    for (let i = 0; i < keys.length; i += SWEEP_BATCH) {
-      // Still old: an entry touched since it was listed stays.
-      removed += await this.db.run(
-        this.db.build
-          .deleteFrom('model_memo')
-          .where('memo_key', 'in', keys.slice(i, i + SWEEP_BATCH))
-          .where('updated_at', '<', this.db.time(before)),
-      );
-    }
-    return removed;
   }
 
   close(): Promise<void> {

@@ -1,11 +1,9 @@
 import { openSqlite } from '../store/sql-sqlite';
+import { sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { claimFromRow, ENTRY_COLUMNS, ledgerEntry } from './ledger';
 import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';
-
-/** How many keys one DELETE of a sweep names. */
-const SWEEP_BATCH = 500;
 
 /** The delivery ledger in either backend: the SQLite file of one machine, or PostgreSQL for a fleet. */
 export class SqlDeliveryLedger implements DeliveryLedger {
@@ -159,26 +157,20 @@ export class SqlDeliveryLedger implements DeliveryLedger {
   }
 
   async sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number> {
-    const settledBefore = this.db.build
-      .deleteFrom('delivery_ledger')
-      .where('state', '<>', 'claimed')
-      .where('updated_at', '<', this.db.time(before));
-    const old = await this.db.rows(
-      this.db.build
-        .selectFrom('delivery_ledger')
-        .select(['idempotency_key', 'workflow_id'])
-        .where('state', '<>', 'claimed')
-        .where('updated_at', '<', this.db.time(before)),
+    // Settled deliveries only: an open claim is an operator's to resolve, however old.
+    const old = this.db.time(before);
+    const settled = this.db.build.selectFrom('delivery_ledger').where('state', '<>', 'claimed');
+    return sweepClosedWorkflows(
+      this.db,
+      openWorkflowIds,
+      settled.select(['idempotency_key as key', 'workflow_id']).where('updated_at', '<', old),
+      (keys) =>
+        this.db.build
+          .deleteFrom('delivery_ledger')
+          .where('idempotency_key', 'in', keys)
+          .where('state', '<>', 'claimed')
+          .where('updated_at', '<', old),
     );
-    const keys = old.filter((row) => !openWorkflowIds.has(row.workflow_id)).map((row) => row.idempotency_key);
-    let removed = 0;
-    for (let i = 0; i < keys.length; i += SWEEP_BATCH) {
-      // Still settled and old: a row claimed or touched since it was listed stays.
-      removed += await this.db.run(
-        settledBefore.where('idempotency_key', 'in', keys.slice(i, i + SWEEP_BATCH)),
-      );
-    }
-    return removed;
   }
 
   close(): Promise<void> {

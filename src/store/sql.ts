@@ -82,24 +82,15 @@ export interface Sql {
 
 /** The builder of one dialect: compiles only (a dummy driver), so no query runs behind the executors' back. */
 export function builderFor(dialect: Dialect): Kysely<Schema> {
-  if (dialect === 'postgres') {
-    return new Kysely<Schema>({
-      dialect: {
-        createAdapter: () => new PostgresAdapter(),
-        createDriver: () => new DummyDriver(),
-        createIntrospector: (db) => new PostgresIntrospector(db),
-        createQueryCompiler: () => new PostgresQueryCompiler(),
-      },
-    });
-  }
+  const postgres = dialect === 'postgres';
   return new Kysely<Schema>({
     dialect: {
-      createAdapter: () => new SqliteAdapter(),
+      createAdapter: () => (postgres ? new PostgresAdapter() : new SqliteAdapter()),
       createDriver: () => new DummyDriver(),
-      createIntrospector: (db) => new SqliteIntrospector(db),
-      createQueryCompiler: () => new SqliteQueryCompiler(),
+      createIntrospector: (db) => (postgres ? new PostgresIntrospector(db) : new SqliteIntrospector(db)),
+      createQueryCompiler: () => (postgres ? new PostgresQueryCompiler() : new SqliteQueryCompiler()),
     },
-    plugins: [new RenameTables(SQLITE_TABLE_NAMES)],
+    plugins: postgres ? [] : [new RenameTables(SQLITE_TABLE_NAMES)],
   });
 }
 
@@ -136,6 +127,38 @@ class Renamer extends OperationNodeTransformer {
     if (name === undefined) return table;
     return { ...table, table: { ...table.table, identifier: { ...table.table.identifier, name } } };
   }
+}
+
+/** How many keys one statement of a sweep names: far below either backend's limit on parameters. */
+const SWEEP_BATCH = 500;
+
+/**
+ * Deletes the rows a sweep chose, by key, a batch at a time: `remove` deletes one batch and says how many rows it
+ * deleted. A sweep lists, filters in code, then deletes (the same statements in both dialects), each DELETE
+ * repeating the listing's conditions, so a row touched since it was listed stays.
+ */
+export async function removeInBatches(
+  keys: readonly string[],
+  remove: (batch: string[]) => Promise<number>,
+): Promise<number> {
+  let removed = 0;
+  for (let i = 0; i < keys.length; i += SWEEP_BATCH) removed += await remove(keys.slice(i, i + SWEEP_BATCH));
+  return removed;
+}
+
+/**
+ * A sweep of rows kept for a workflow (the memo's, the ledger's): lists them with `listed`, keeps those whose
+ * workflow is not open, and deletes those by key with `removal`, a batch at a time (see removeInBatches).
+ */
+export async function sweepClosedWorkflows(
+  db: Sql,
+  openWorkflowIds: ReadonlySet<string>,
+  listed: Query<{ key: string; workflow_id: string }>,
+  removal: (keys: string[]) => Query<unknown>,
+): Promise<number> {
+  const rows = await db.rows(listed);
+  const keys = rows.filter((row) => !openWorkflowIds.has(row.workflow_id)).map((row) => row.key);
+  return removeInBatches(keys, (batch) => db.run(removal(batch)));
 }
 
 /** A time column as read: a Date (PostgreSQL), epoch milliseconds or ISO text (SQLite). */
