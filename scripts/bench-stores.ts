@@ -1,11 +1,15 @@
 /**
- * `node --import tsx scripts/bench-stores.ts [--rounds N] [--ops N] [--backend sqlite|postgres]`: the stores' hot
- * path, timed on both backends: a memo claim of a new key, the memo answer (complete), a ledger claim of a new
- * key and a publish of a new document. Opens the stores through openStores, the composition root every commit
- * has, so the same script times an older commit too (copy it there). Each round runs every operation `ops` times
- * on fresh keys; the median round is printed per operation, with the spread of the rounds, because the machine
- * this runs on is shared and noisy. A benchmark, not a test: it asserts nothing. Needs PostgreSQL at
- * TEST_DATABASE_URL (by default the local one) for the postgres rows; it makes a database and drops it.
+ * `node --import tsx scripts/bench-stores.ts [--against DIR] [--rounds N] [--ops N] [--backend sqlite|postgres]
+ * [--dir DIR]`: the stores' hot path, timed on both backends: a memo claim of a new key, the memo answer
+ * (complete), a ledger claim of a new key and a publish of a new document. With `--against` another checkout
+ * (a `git worktree` of an older commit, with a node_modules link) is timed in the same process through its own
+ * openStores, the composition root every commit has, round for round in turn with this one: on a shared machine
+ * the disk's fsync time swings tenfold from minute to minute, and only rounds run side by side compare. Each
+ * round runs every operation `ops` times on fresh keys; printed per operation: the median round and the spread of
+ * the rounds, and the median of the per-round ratios (this checkout / the other). `--dir /dev/shm` puts the
+ * SQLite files in memory, which leaves the code's own cost. A benchmark, not a test: it asserts nothing. The
+ * postgres rows need PostgreSQL at TEST_DATABASE_URL (by default the local one); each checkout gets a database
+ * of its own, dropped at the end.
  */
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
@@ -72,37 +76,80 @@ async function round(stores: Stores, ops: number): Promise<Record<Operation, num
 
 const MODEL = { provider: 'offline', model: 'bench' };
 
-async function bench(backend: 'sqlite' | 'postgres', rounds: number, ops: number): Promise<void> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-stores-'));
-  const database = `bench_stores_${randomUUID().replaceAll('-', '')}`;
-  const admin = new pg.Client({ connectionString: ADMIN_URL });
-  let url: string | undefined;
-  if (backend === 'postgres') {
-    await admin.connect();
-    await admin.query(`CREATE DATABASE ${database}`);
-    const u = new URL(ADMIN_URL);
-    u.pathname = `/${database}`;
-    url = u.toString();
+/** One checkout's stores, opened on a location of their own. */
+interface Subject {
+  name: string;
+  stores: Stores;
+  results: Record<Operation, number>[];
+}
+
+type Open = (config: ReturnType<typeof loadConfig>) => Promise<Stores>;
+
+/** The openStores of another checkout (its src/store/open.ts), to time against this one's in the same process. */
+async function openStoresOf(checkout: string): Promise<Open> {
+  const loaded: unknown = await import(path.resolve(checkout, 'src/store/open.ts'));
+  if (typeof loaded !== 'object' || loaded === null || !('openStores' in loaded)) {
+    throw new Error(`${checkout}/src/store/open.ts has no openStores`);
   }
-  const env = { DATA_DIR: dir, ...(url === undefined ? {} : { DATABASE_URL: url }) };
-  const stores = await openStores(loadConfig(env, dir));
+  const open = loaded.openStores;
+  if (typeof open !== 'function')
+    throw new Error(`${checkout}/src/store/open.ts: openStores is not a function`);
+  return (config) => Promise.resolve(open(config)).then((stores: Stores) => stores);
+}
+
+const median = (values: number[]): number =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
+
+async function bench(
+  backend: 'sqlite' | 'postgres',
+  subjects: { name: string; open: Open }[],
+  options: { rounds: number; ops: number; dir: string },
+): Promise<void> {
+  const admin = new pg.Client({ connectionString: ADMIN_URL });
+  if (backend === 'postgres') await admin.connect();
+  const cleanups: (() => Promise<unknown>)[] = [];
   try {
-    await round(stores, Math.min(ops, 20)); // warm up: prepared statements, JIT, the pool's connections
-    const results: Record<Operation, number>[] = [];
-    for (let i = 0; i < rounds; i++) results.push(await round(stores, ops));
+    const opened: Subject[] = [];
+    for (const subject of subjects) {
+      const dir = fs.mkdtempSync(path.join(options.dir, 'bench-stores-'));
+      cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+      let url: string | undefined;
+      if (backend === 'postgres') {
+        const database = `bench_stores_${randomUUID().replaceAll('-', '')}`;
+        await admin.query(`CREATE DATABASE ${database}`);
+        cleanups.push(() => admin.query(`DROP DATABASE ${database} WITH (FORCE)`));
+        const u = new URL(ADMIN_URL);
+        u.pathname = `/${database}`;
+        url = u.toString();
+      }
+      const stores = await subject.open(
+        loadConfig({ DATA_DIR: dir, ...(url && { DATABASE_URL: url }) }, dir),
+      );
+      cleanups.unshift(() => stores.close());
+      opened.push({ name: subject.name, stores, results: [] });
+    }
+    // Warm up (prepared statements, JIT, the pool's connections), then alternate, so both meet the same load.
+    for (const subject of opened) await round(subject.stores, Math.min(options.ops, 20));
+    for (let i = 0; i < options.rounds; i++) {
+      for (const subject of opened) subject.results.push(await round(subject.stores, options.ops));
+    }
     for (const op of OPERATIONS) {
-      const times = results.map((r) => r[op]).sort((a, b) => a - b);
-      const median = times[Math.floor(times.length / 2)] ?? NaN;
-      const spread = `${(times[0] ?? NaN).toFixed(0)}–${(times.at(-1) ?? NaN).toFixed(0)}`;
-      console.log(`| ${backend} | ${op} | ${median.toFixed(0)} | ${spread} |`);
+      const cells = opened.map((subject) => {
+        const times = subject.results.map((r) => r[op]);
+        const spread = `${Math.min(...times).toFixed(0)}–${Math.max(...times).toFixed(0)}`;
+        return `${median(times).toFixed(0)} (${spread})`;
+      });
+      const [first, second] = opened;
+      // Each round of the first against the same round of the second: the load they met was the same.
+      const ratio =
+        first === undefined || second === undefined
+          ? ''
+          : ` ${median(first.results.map((r, i) => r[op] / (second.results[i]?.[op] ?? NaN))).toFixed(2)} |`;
+      console.log(`| ${backend} | ${op} | ${cells.join(' | ')} |${ratio}`);
     }
   } finally {
-    await stores.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-    if (backend === 'postgres') {
-      await admin.query(`DROP DATABASE ${database} WITH (FORCE)`);
-      await admin.end();
-    }
+    for (const cleanup of cleanups) await cleanup();
+    if (backend === 'postgres') await admin.end();
   }
 }
 
@@ -112,13 +159,25 @@ runMain(async () => {
       rounds: { type: 'string', default: '7' },
       ops: { type: 'string', default: '200' },
       backend: { type: 'string' },
+      against: { type: 'string' },
+      dir: { type: 'string', default: os.tmpdir() },
     },
   });
   const backends = values.backend === undefined ? (['sqlite', 'postgres'] as const) : [values.backend];
-  console.log('| backend | operation | µs per call (median round) | rounds (min–max) |');
-  console.log('|---|---|---:|---:|');
+  const subjects = [{ name: 'this checkout', open: openStores }];
+  if (values.against !== undefined) {
+    subjects.push({ name: values.against, open: await openStoresOf(values.against) });
+  }
+  const names = subjects.map((s) => `${s.name}: µs per call, median round (min–max)`);
+  const ratio = subjects.length > 1 ? ' ratio (median of rounds) |' : '';
+  console.log(`| backend | operation | ${names.join(' | ')} |${ratio}`);
+  console.log(`|---|---|${subjects.map(() => '---:|').join('')}${ratio === '' ? '' : '---:|'}`);
   for (const backend of backends) {
     if (backend !== 'sqlite' && backend !== 'postgres') throw new Error(`--backend: sqlite or postgres`);
-    await bench(backend, Number(values.rounds), Number(values.ops));
+    await bench(backend, subjects, {
+      rounds: Number(values.rounds),
+      ops: Number(values.ops),
+      dir: values.dir,
+    });
   }
 });

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
-import { sql } from 'kysely';
-import type { CompiledQuery } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
+import type { Kysely } from 'kysely';
 import { openDatabase } from '../lib/sqlite';
 import { migrate } from './migrate';
 import { MIGRATIONS } from './migrations';
@@ -11,7 +11,14 @@ import { SQLITE_TABLE_NAMES } from './schema';
 import { builderFor, compiled, written } from './sql';
 import type { Query, Sql } from './sql';
 
-const build = builderFor('sqlite');
+const CONTROL = {
+  'BEGIN IMMEDIATE': CompiledQuery.raw('BEGIN IMMEDIATE'),
+  COMMIT: CompiledQuery.raw('COMMIT'),
+  ROLLBACK: CompiledQuery.raw('ROLLBACK'),
+};
+const plainBuilder = builderFor('sqlite');
+/** The publication file's builder: two of its tables have the names they had before PostgreSQL came. */
+const renamingBuilder = builderFor('sqlite', SQLITE_TABLE_NAMES);
 
 /**
  * Opens the SQLite file of one store (the durability settings of lib/sqlite.ts) and brings its schema up to date:
@@ -24,8 +31,9 @@ export function openSqlite(
   migrations: readonly Migration[] = MIGRATIONS,
 ): Sql {
   const connection = Connection.of(file);
+  const build = store === 'publications' ? renamingBuilder : plainBuilder;
   const ready = connection
-    .exclusive(() => migrate(new SqliteSql(connection, 'direct', undefined), migrations, [store]))
+    .exclusive(() => migrate(new SqliteSql(connection, build, 'direct', undefined), migrations, [store]))
     .then(
       () => undefined,
       (err: unknown) => {
@@ -37,7 +45,7 @@ export function openSqlite(
     );
   // Every statement of the handle awaits it and sees the failure; nobody need await it for it to count as handled.
   ready.catch(() => undefined);
-  return new SqliteSql(connection, 'queued', ready);
+  return new SqliteSql(connection, build, 'queued', ready);
 }
 
 /**
@@ -85,6 +93,11 @@ class Connection {
     return { rows: [], changes: statement.run(...values).changes };
   }
 
+  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK, prepared once like every statement. */
+  control(statement: keyof typeof CONTROL): void {
+    this.exec(CONTROL[statement]);
+  }
+
   /** Runs `work` once every earlier caller's work is done. */
   async exclusive<T>(work: () => T | Promise<T>): Promise<T> {
     const previous = this.turn;
@@ -111,13 +124,13 @@ class Connection {
 /** A handle on the connection: `queued` takes turns with other callers; `direct` already has its turn. */
 class SqliteSql implements Sql {
   readonly dialect = 'sqlite';
-  readonly build = build;
   readonly lockRows = false;
 
   private closed = false;
 
   constructor(
     private readonly connection: Connection,
+    readonly build: Kysely<Schema>,
     private readonly mode: 'queued' | 'direct',
     /** A queued handle's migrations: its statements wait for them (they were queued before any of them). */
     private readonly ready: Promise<void> | undefined,
@@ -144,13 +157,13 @@ class SqliteSql implements Sql {
     const { db } = this.connection;
     const transaction = async (): Promise<T> => {
       if (db.inTransaction) throw new Error('a SQLite transaction cannot start inside another');
-      db.exec('BEGIN IMMEDIATE');
+      this.connection.control('BEGIN IMMEDIATE');
       try {
-        const result = await work(new SqliteSql(this.connection, 'direct', undefined));
-        db.exec('COMMIT');
+        const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
+        this.connection.control('COMMIT');
         return result;
       } catch (err) {
-        if (db.inTransaction) db.exec('ROLLBACK');
+        if (db.inTransaction) this.connection.control('ROLLBACK');
         throw err;
       }
     };
@@ -203,7 +216,7 @@ class SqliteSql implements Sql {
   }
 
   private exec(query: Query<unknown>): Promise<{ rows: unknown[]; changes: number }> {
-    const statement = compiled(query, build);
+    const statement = compiled(query, this.build);
     return this.mode === 'direct'
       ? Promise.resolve(this.connection.exec(statement))
       : this.connection.exclusive(this.afterReady(() => this.connection.exec(statement)));

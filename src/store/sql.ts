@@ -29,7 +29,6 @@ import type {
   UnknownRow,
 } from 'kysely';
 import type { Schema, WrittenTime } from './schema';
-import { SQLITE_TABLE_NAMES } from './schema';
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -80,8 +79,15 @@ export interface Sql {
   close(): Promise<void>;
 }
 
-/** The builder of one dialect: compiles only (a dummy driver), so no query runs behind the executors' back. */
-export function builderFor(dialect: Dialect): Kysely<Schema> {
+/**
+ * The builder of one dialect: compiles only (a dummy driver), so no query runs behind the executors' back. With
+ * `tableNames`, it writes those tables under the names given (every query is walked for them: a cost paid only by
+ * the file whose tables have other names).
+ */
+export function builderFor(
+  dialect: Dialect,
+  tableNames?: Readonly<Partial<Record<keyof Schema, string>>>,
+): Kysely<Schema> {
   const postgres = dialect === 'postgres';
   return new Kysely<Schema>({
     dialect: {
@@ -90,7 +96,7 @@ export function builderFor(dialect: Dialect): Kysely<Schema> {
       createIntrospector: (db) => (postgres ? new PostgresIntrospector(db) : new SqliteIntrospector(db)),
       createQueryCompiler: () => (postgres ? new PostgresQueryCompiler() : new SqliteQueryCompiler()),
     },
-    plugins: postgres ? [] : [new RenameTables(SQLITE_TABLE_NAMES)],
+    plugins: tableNames === undefined ? [] : [new RenameTables(tableNames)],
   });
 }
 
