@@ -128,10 +128,13 @@ async function bench(
       cleanups.unshift(() => stores.close());
       opened.push({ name: subject.name, stores, results: [] });
     }
-    // Warm up (prepared statements, JIT, the pool's connections), then alternate, so both meet the same load.
-    for (const subject of opened) await round(subject.stores, Math.min(options.ops, 20));
+    // Warm up (prepared statements, the JIT, the pool's connections): a worker runs for hours. Then take turns,
+    // the order swapped every round, so both meet the same load and neither always goes first.
+    for (const subject of opened) await round(subject.stores, options.ops);
     for (let i = 0; i < options.rounds; i++) {
-      for (const subject of opened) subject.results.push(await round(subject.stores, options.ops));
+      for (const subject of i % 2 === 0 ? opened : [...opened].reverse()) {
+        subject.results.push(await round(subject.stores, options.ops));
+      }
     }
     for (const op of OPERATIONS) {
       const cells = opened.map((subject) => {

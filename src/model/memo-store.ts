@@ -1,10 +1,17 @@
 import { sql } from 'kysely';
+import type { Selectable } from 'kysely';
 import { openSqlite } from '../store/sql-sqlite';
-import { dateOf, flagOf, jsonOf, sweepClosedWorkflows } from '../store/sql';
+import { dateOf, flagOf, forUpdate, jsonOf, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
-import type { WrittenTime } from '../store/schema';
+import type { ModelMemoTable, WrittenTime } from '../store/schema';
 import { decideClaim, StoredAnswerSchema } from './memo';
 import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
+
+/** A memo row as a claim reads it (see Sql: the types each backend gives back). */
+type EntryRow = Pick<
+  Selectable<ModelMemoTable>,
+  'run_id' | 'owner' | 'lease_until' | 'answer' | 'provider_failures' | 'rejected'
+> & { lease_live: boolean | number | null };
 
 /**
  * The memo in either backend: the embedded SQLite file of one machine, or PostgreSQL for a fleet, where leases are
@@ -16,21 +23,12 @@ export class SqlAnswerMemo implements AnswerMemo {
   async claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim> {
     for (;;) {
       // A new key is claimed by the INSERT alone: one statement, no transaction to hold open.
+      const now = this.db.now();
       const created = await this.db.run(
-        this.db.build
-          .insertInto('model_memo')
-          .values({
-            memo_key: request.memoKey,
-            workflow_id: request.workflowId,
-            step: request.step,
-            request_hash: request.requestHash,
-            run_id: request.runId,
-            owner,
-            lease_until: this.db.clock(leaseMs),
-            created_at: this.db.now(),
-            updated_at: this.db.now(),
-          })
-          .onConflict((conflict) => conflict.column('memo_key').doNothing()),
+        sql`INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id, owner, lease_until,
+          created_at, updated_at) VALUES (${request.memoKey}, ${request.workflowId}, ${request.step},
+          ${request.requestHash}, ${request.runId}, ${owner}, ${this.db.clock(leaseMs)}, ${now}, ${now})
+          ON CONFLICT (memo_key) DO NOTHING`,
       );
       if (created === 1) return { kind: 'owned', providerFailures: 0, rejected: [] };
       const claim = await this.db.transaction((tx) => this.claimExisting(tx, request, owner, leaseMs));
@@ -47,12 +45,8 @@ export class SqlAnswerMemo implements AnswerMemo {
   ): Promise<Claim | 'gone'> {
     // Locked until commit (FOR UPDATE, or SQLite's write lock): concurrent claimers of one key take turns.
     const found = await tx.first(
-      tx.build
-        .selectFrom('model_memo')
-        .select(['run_id', 'owner', 'lease_until', 'answer', 'provider_failures', 'rejected'])
-        .select(sql<boolean | number | null>`lease_until > ${tx.clock()}`.as('lease_live'))
-        .where('memo_key', '=', request.memoKey)
-        .$if(tx.lockRows, (q) => q.forUpdate()),
+      sql<EntryRow>`SELECT run_id, owner, lease_until, lease_until > ${tx.clock()} AS lease_live, answer,
+        provider_failures, rejected FROM model_memo WHERE memo_key = ${request.memoKey}${forUpdate(tx)}`,
     );
     if (found === undefined) return 'gone';
     const claim = decideClaim(
@@ -70,17 +64,9 @@ export class SqlAnswerMemo implements AnswerMemo {
     );
     if (claim.kind !== 'owned') return claim;
     await tx.run(
-      tx.build
-        .updateTable('model_memo')
-        .set({
-          owner,
-          lease_until: tx.clock(leaseMs),
-          run_id: request.runId,
-          provider_failures: claim.providerFailures,
-          rejected: JSON.stringify(claim.rejected),
-          updated_at: tx.now(),
-        })
-        .where('memo_key', '=', request.memoKey),
+      sql`UPDATE model_memo SET owner = ${owner}, lease_until = ${tx.clock(leaseMs)}, run_id = ${request.runId},
+        provider_failures = ${claim.providerFailures}, rejected = ${JSON.stringify(claim.rejected)},
+        updated_at = ${tx.now()} WHERE memo_key = ${request.memoKey}`,
     );
     return claim;
   }
@@ -100,11 +86,8 @@ export class SqlAnswerMemo implements AnswerMemo {
   async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
     // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
     const changed = await this.db.run(
-      this.db.build
-        .updateTable('model_memo')
-        .set({ answer: JSON.stringify(answer), owner: null, lease_until: null, updated_at: this.db.now() })
-        .where('memo_key', '=', memoKey)
-        .where('answer', 'is', null),
+      sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
+        updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,
     );
     if (changed === 1) return answer;
     const stored = await this.db.first(

@@ -1,9 +1,13 @@
+import { sql } from 'kysely';
 import { openSqlite } from '../store/sql-sqlite';
-import { sweepClosedWorkflows } from '../store/sql';
+import { forUpdate, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { claimFromRow, ENTRY_COLUMNS, ledgerEntry } from './ledger';
 import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';
+
+/** The columns of an entry, for the claim's templates. */
+const ENTRY = sql.raw(ENTRY_COLUMNS.join(', '));
 
 /** The delivery ledger in either backend: the SQLite file of one machine, or PostgreSQL for a fleet. */
 export class SqlDeliveryLedger implements DeliveryLedger {
@@ -11,53 +15,30 @@ export class SqlDeliveryLedger implements DeliveryLedger {
 
   async claim(delivery: Delivery, owner: string): Promise<LedgerClaim> {
     return this.db.transaction(async (tx): Promise<LedgerClaim> => {
-      const entries = tx.build.selectFrom('delivery_ledger').select(ENTRY_COLUMNS);
+      const { idempotencyKey: key, documentId, version } = delivery;
+      const now = tx.now();
       // The row is made first (unsent, nothing sent yet), so what this delivery learns later has a row to go to.
       await tx.run(
-        tx.build
-          .insertInto('delivery_ledger')
-          .values({
-            idempotency_key: delivery.idempotencyKey,
-            workflow_id: delivery.workflowId,
-            document_id: delivery.documentId,
-            text_ref: delivery.version,
-            state: 'unsent',
-            attempts: 0,
-            created_at: tx.now(),
-            updated_at: tx.now(),
-          })
-          .onConflict((conflict) => conflict.column('idempotency_key').doNothing()),
+        sql`INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, state, attempts,
+          created_at, updated_at) VALUES (${key}, ${delivery.workflowId}, ${documentId}, ${version}, 'unsent', 0,
+          ${now}, ${now}) ON CONFLICT (idempotency_key) DO NOTHING`,
       );
       // Locked until commit (FOR UPDATE, or SQLite's write lock): claimers of one key take turns from here.
       const found = await tx.first(
-        entries.where('idempotency_key', '=', delivery.idempotencyKey).$if(tx.lockRows, (q) => q.forUpdate()),
+        sql`SELECT ${ENTRY} FROM delivery_ledger WHERE idempotency_key = ${key}${forUpdate(tx)}`,
       );
       const claim = claimFromRow(found, owner);
       if (claim !== 'take') return claim;
       const earlier = await tx.first(
-        entries
-          .where('document_id', '=', delivery.documentId)
-          .where('text_ref', '=', delivery.version)
-          .where('state', '=', 'claimed')
-          .where('idempotency_key', '<>', delivery.idempotencyKey)
-          .where((eb) =>
-            eb.or([eb('last_error', 'is not', null), eb('updated_at', '<=', tx.ago(delivery.inFlightMs))]),
-          )
-          .orderBy('updated_at')
-          .limit(1),
+        sql`SELECT ${ENTRY} FROM delivery_ledger WHERE document_id = ${documentId} AND text_ref = ${version}
+          AND state = 'claimed' AND idempotency_key <> ${key}
+          AND (last_error IS NOT NULL OR updated_at <= ${tx.ago(delivery.inFlightMs)})
+          ORDER BY updated_at LIMIT 1`,
       );
       if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier) };
       await tx.run(
-        tx.build
-          .updateTable('delivery_ledger')
-          .set((eb) => ({
-            state: 'claimed',
-            owner,
-            text_ref: delivery.version,
-            attempts: eb('attempts', '+', 1),
-            updated_at: tx.now(),
-          }))
-          .where('idempotency_key', '=', delivery.idempotencyKey),
+        sql`UPDATE delivery_ledger SET state = 'claimed', owner = ${owner}, text_ref = ${version},
+          attempts = attempts + 1, updated_at = ${now} WHERE idempotency_key = ${key}`,
       );
       return { kind: 'fresh' };
     });

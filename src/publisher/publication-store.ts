@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { z } from 'zod';
 import { dateOf, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
@@ -45,6 +46,10 @@ export interface PublicationStore {
   close(): Promise<void>;
 }
 
+/** The two tables a SQLite file names otherwise, as the builder's plugin renames them (see schema.ts). */
+const REVISIONS = sql.table('publication_revisions');
+const DELIVERIES = sql.table('publication_deliveries');
+
 /**
  * The publication database in either backend: one SQLite file, or PostgreSQL's tables. The idempotency key is
  * written in the same transaction as the revision it produced, so a key never writes twice, and a new key for a
@@ -60,66 +65,39 @@ export class SqlPublicationStore implements PublicationStore {
   }
 
   async publish(publication: Publication, idempotencyKey: string): Promise<Receipt> {
+    const { documentId } = publication;
     return this.db.transaction(async (tx) => {
       // One document's deliveries take turns until commit, so a race on a key or on the next revision number
       // resolves as it would one after the other (SQLite's write lock already serialises every transaction).
-      await tx.lock(publication.documentId);
+      await tx.lock(documentId);
       const seen = await tx.first(
-        tx.build
-          .selectFrom('publication_revisions')
-          .select(['document_id', 'revision'])
-          .where('idempotency_key', '=', idempotencyKey),
+        sql<{ document_id: string; revision: number }>`SELECT document_id, revision FROM ${REVISIONS}
+          WHERE idempotency_key = ${idempotencyKey}`,
       );
       const latest = await tx.first(
-        tx.build
-          .selectFrom('publications')
-          .select(['revision', 'scheduled_at'])
-          .where('document_id', '=', publication.documentId),
+        sql<{ revision: number; scheduled_at: number | null }>`SELECT revision, scheduled_at FROM publications
+          WHERE document_id = ${documentId}`,
       );
       const decision = decidePublication(publication, seen, latest);
       const { receipt } = decision;
       const now = tx.now('text');
       if (decision.outcome === 'created') {
         await tx.run(
-          tx.build.insertInto('publication_revisions').values({
-            document_id: publication.documentId,
-            revision: receipt.revision,
-            idempotency_key: idempotencyKey,
-            payload: JSON.stringify(publication),
-            published_at: now,
-          }),
+          sql`INSERT INTO ${REVISIONS} (document_id, revision, idempotency_key, payload, published_at)
+            VALUES (${documentId}, ${receipt.revision}, ${idempotencyKey}, ${JSON.stringify(publication)}, ${now})`,
         );
         await tx.run(
-          tx.build
-            .insertInto('publications')
-            .values({
-              document_id: publication.documentId,
-              revision: receipt.revision,
-              title: publication.title,
-              summary: publication.summary,
-              tags: JSON.stringify(publication.tags),
-              updated_at: now,
-              scheduled_at: publication.scheduledAt ?? null,
-            })
-            .onConflict((conflict) =>
-              conflict.column('document_id').doUpdateSet((eb) => ({
-                revision: eb.ref('excluded.revision'),
-                title: eb.ref('excluded.title'),
-                summary: eb.ref('excluded.summary'),
-                tags: eb.ref('excluded.tags'),
-                updated_at: eb.ref('excluded.updated_at'),
-                scheduled_at: eb.fn.coalesce('excluded.scheduled_at', 'publications.scheduled_at'),
-              })),
-            ),
+          sql`INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
+            VALUES (${documentId}, ${receipt.revision}, ${publication.title}, ${publication.summary},
+              ${JSON.stringify(publication.tags)}, ${now}, ${publication.scheduledAt ?? null})
+            ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
+              summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
+              scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
         );
       }
       await tx.run(
-        tx.build.insertInto('publication_deliveries').values({
-          idempotency_key: idempotencyKey,
-          document_id: receipt.documentId,
-          outcome: decision.outcome,
-          received_at: now,
-        }),
+        sql`INSERT INTO ${DELIVERIES} (idempotency_key, document_id, outcome, received_at)
+          VALUES (${idempotencyKey}, ${receipt.documentId}, ${decision.outcome}, ${now})`,
       );
       return receipt;
     });
