@@ -1,6 +1,6 @@
 /**
- * One way for the stores to reach either backend. Kysely builds each query (typed by schema.ts) and compiles it to
- * the backend's dialect; it never runs one: a SQLite handle runs it on its better-sqlite3 file (sql-sqlite.ts), a
+ * One way for the stores to reach either backend. Kysely builds each query (typed by schema.ts; the hot paths are
+ * `sql` templates, see forUpdate) and compiles it to the backend's dialect; it never runs one: a SQLite handle runs it on its better-sqlite3 file (sql-sqlite.ts), a
  * PostgreSQL handle through the project's `Database` (sql-postgres.ts), whose outage retries, timeouts and error
  * listeners stay in force for every statement. So each store is written once; what differs between the dialects
  * (how a transaction holds its lock, the clock, JSON) is a method here, said once per backend.
