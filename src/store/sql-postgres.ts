@@ -53,7 +53,7 @@ class PostgresSql implements Sql {
   ) {}
 
   async rows<O>(query: Query<O>): Promise<O[]> {
-    // The rows are what the statement returned; the builder typed them.
+    // The rows are what the statement returned, as its query (the builder, or a template by hand) typed them.
     return (await this.exec(query)).rows as O[];
   }
 

@@ -141,7 +141,7 @@ class SqliteSql implements Sql {
   }
 
   async rows<O>(query: Query<O>): Promise<O[]> {
-    // The rows are what the statement returned; the builder typed them.
+    // The rows are what the statement returned, as its query (the builder, or a template by hand) typed them.
     return (await this.exec(query)).rows as O[];
   }
 
