@@ -10,15 +10,14 @@ import { createInterface } from 'node:readline';
 import { describe, it } from 'node:test';
 import { sql } from 'kysely';
 import { z } from 'zod';
-import type { Database as Postgres } from '../src/lib/postgres';
 import { migrate } from '../src/store/migrate';
 import { MIGRATIONS } from '../src/store/migrations';
 import type { Migration } from '../src/store/migrations';
 import type { StoreName } from '../src/store/schema';
 import type { Sql } from '../src/store/sql';
-import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { openSqlite } from '../src/store/sql-sqlite';
 import { freshDatabase } from './postgres';
+import { openedPostgres, versions } from './schema';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -50,26 +49,16 @@ const postgres: Backend = {
   name: 'PostgreSQL',
   async fresh() {
     const url = await freshDatabase(defer);
-    return async () => postgresSql(ended(await openPostgres(url, [])));
+    return async () => openedPostgres(defer, url, []);
   },
   async prepare(migrations) {
-    ended(await openPostgres(await freshDatabase(defer), migrations));
+    await openedPostgres(defer, await freshDatabase(defer), migrations);
   },
 };
 
 function closedAfterwards(db: Sql): Sql {
   defer(() => db.close());
   return db;
-}
-
-function ended(pool: Postgres): Postgres {
-  defer(() => pool.end());
-  return pool;
-}
-
-async function versions(db: Sql): Promise<number[]> {
-  const rows = await db.rows(db.build.selectFrom('schema_migrations').select('version').orderBy('version'));
-  return rows.map((row) => row.version);
 }
 
 /** A table's existence, in either dialect. */

@@ -9,7 +9,6 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import { sql } from 'kysely';
-import type { Database as Postgres } from '../src/lib/postgres';
 import type { AnswerMemo } from '../src/model/memo';
 import { SqlAnswerMemo, SqliteAnswerMemo } from '../src/model/memo-store';
 import type { DeliveryLedger } from '../src/publisher/ledger';
@@ -17,24 +16,14 @@ import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { MIGRATIONS } from '../src/store/migrations';
 import type { Sql } from '../src/store/sql';
-import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import * as before from './fixtures/schema-before-migrations';
 import { freshDatabase } from './postgres';
+import { openedPostgres, versions } from './schema';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 const ALL_VERSIONS = MIGRATIONS.map((m) => m.version);
 const RECEIVER = 'https://receiver.example';
-
-function ended(pool: Postgres): Postgres {
-  defer(() => pool.end());
-  return pool;
-}
-
-async function versions(db: Sql): Promise<number[]> {
-  const rows = await db.rows(db.build.selectFrom('schema_migrations').select('version').orderBy('version'));
-  return rows.map((row) => row.version);
-}
 
 /** A SQLite file made by `ddl`, with `rows` inserted, as an earlier commit left it. */
 function oldFile(name: string, ddl: string, rows: string): string {
@@ -233,7 +222,7 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
 
   it('keeps its versions and rows, gets the steps after them, and ends up as a fresh database', async () => {
     const url = await freshDatabase(defer);
-    const shipped = postgresSql(ended(await openPostgres(url, [])));
+    const shipped = await openedPostgres(defer, url, []);
     await shipped.run(sql.raw(before.POSTGRES_SCHEMA_MIGRATIONS));
     for (const step of before.POSTGRES_SHIPPED) {
       await shipped.run(sql.raw(step.sql));
@@ -247,8 +236,7 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
       receiver_echoed_key, echoed_by) VALUES ('run-1:publish', 'doc-old', 'doc-old', 'delivered',
       ${JSON.stringify(RECEIPT)}, true, ${RECEIVER})`);
 
-    const pool = ended(await openPostgres(url));
-    const db = postgresSql(pool);
+    const db = await openedPostgres(defer, url);
     assert.deepEqual(await versions(db), ALL_VERSIONS);
     const memo = new SqlAnswerMemo(db);
     await assertAnswered(memo);
@@ -256,7 +244,7 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
     await assertDelivered(ledger);
     assert.equal(await ledger.receiverHonoursKeys(RECEIVER), true);
 
-    const fresh = postgresSql(ended(await openPostgres(await freshDatabase(defer))));
+    const fresh = await openedPostgres(defer, await freshDatabase(defer));
     assert.deepEqual(await shape(db), await shape(fresh));
   });
 });
