@@ -11,9 +11,10 @@ import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import type { SummarizeResult } from '../src/contract';
 import { Database, isOutage } from '../src/lib/postgres';
-import { PostgresAnswerMemo } from '../src/model/memo-postgres';
-import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
-import { migrate } from '../src/lib/postgres';
+import { SqlAnswerMemo } from '../src/model/memo-store';
+import { migrate } from '../src/store/migrate';
+import { MIGRATIONS } from '../src/store/migrations';
+import { postgresSql } from '../src/store/sql-postgres';
 import { completion, modelServerFor, openAIModel, SAMPLE_TEXT, SUMMARY, tempParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
 import { tcpLink } from './tcp-link';
@@ -47,8 +48,8 @@ describe('stores on a PostgreSQL that fails', () => {
     const url = await freshDatabase(defer);
     const db = new Database(url);
     defer(() => db.end());
-    await migrate(db, POSTGRES_MIGRATIONS);
-    const memo = new PostgresAnswerMemo(db);
+    await migrate(postgresSql(db), MIGRATIONS);
+    const memo = new SqlAnswerMemo(postgresSql(db));
     const KEYS_PER_LOOP = 30;
     let done = 0;
     const loops = Array.from({ length: 8 }, async (_, loop) => {

@@ -36,7 +36,7 @@ import { remoteModel } from '../src/model/choose';
 import { openaiCompatible } from '../src/model/provider-openai-compatible';
 import type { DocumentModel } from '../src/model/types';
 import type { PublicationStore } from '../src/publisher/publication-store';
-import { SqliteDeliveryLedger } from '../src/publisher/ledger';
+import { SqliteDeliveryLedger } from '../src/publisher/ledger-store';
 import type { DeliveryLedger } from '../src/publisher/ledger';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publisher } from '../src/publisher/types';

@@ -13,7 +13,7 @@ import { promisify } from 'node:util';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { FileBlobStore } from '../src/documents/blobs';
-import { SqliteAnswerMemo } from '../src/model/memo-sqlite';
+import { SqliteAnswerMemo } from '../src/model/memo-store';
 import { recoveryReport } from '../src/runs/history';
 import { describeStep } from '../src/runs/step-outcome';
 import type { PipelineResult } from '../src/contract';

@@ -1,8 +1,8 @@
 /**
  * The stores' contract, written once and run against both backends: the SQLite files of one machine and the
  * fleet's PostgreSQL. Each test gets empty stores of its own (a scratch folder, or a fresh schema of the file's
- * database), so counts and sweeps see only what the test wrote. Then what only PostgreSQL has: versioned
- * migrations, each test on a database of its own.
+ * database), so counts and sweeps see only what the test wrote. The schema's migrations have their own file
+ * (migrations.test.ts).
  */
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
@@ -13,23 +13,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ModelInfo } from '../src/contract';
 import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
 import type { BlobStore } from '../src/documents/blobs';
-import { PostgresBlobStore } from '../src/documents/blobs-postgres';
+import { TableBlobStore } from '../src/documents/blobs-table';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
 import type { AnswerMemo, Claim, MemoRequest, RejectedAnswer, StoredAnswer } from '../src/model/memo';
-import { PostgresAnswerMemo } from '../src/model/memo-postgres';
-import { SqliteAnswerMemo } from '../src/model/memo-sqlite';
-import { SqliteDeliveryLedger } from '../src/publisher/ledger';
+import { SqlAnswerMemo, SqliteAnswerMemo } from '../src/model/memo-store';
 import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from '../src/publisher/ledger';
-import { PostgresDeliveryLedger } from '../src/publisher/ledger-postgres';
-import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
+import { SqlitePublicationStore, SqlPublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
-import { PostgresPublicationStore } from '../src/publisher/publication-store-postgres';
 import type { Publication, Receipt } from '../src/publisher/types';
-import { POSTGRES_MIGRATIONS } from '../src/store/migrations';
-import { migrate, openPostgres } from '../src/lib/postgres';
-import type { Migration, Pool } from '../src/lib/postgres';
+import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { cleanupAfterAll, scratchDir } from './scratch';
-import { freshDatabase, freshSchema } from './postgres';
+import { freshSchema } from './postgres';
 
 const defer = cleanupAfterAll();
 /** A receiver's origin, as the webhook publisher records it. */
@@ -86,12 +81,13 @@ const sqliteFiles: Backend = {
 const postgres: Backend = {
   name: 'PostgreSQL',
   async open() {
-    const pool = await openPostgres(await freshSchema(defer), POSTGRES_MIGRATIONS);
+    const pool = await openPostgres(await freshSchema(defer));
+    const db = postgresSql(pool);
     return {
-      blobs: new PostgresBlobStore(pool),
-      memo: new PostgresAnswerMemo(pool),
-      ledger: new PostgresDeliveryLedger(pool),
-      publications: new PostgresPublicationStore(pool),
+      blobs: new TableBlobStore(db),
+      memo: new SqlAnswerMemo(db),
+      ledger: new SqlDeliveryLedger(db),
+      publications: new SqlPublicationStore(db),
       async damageBlob(ref, bytes) {
         const result = await pool.query('UPDATE blobs SET bytes = $2 WHERE ref = $1', [
           ref,
@@ -693,73 +689,3 @@ function storeContract(backend: Backend): void {
 
 storeContract(sqliteFiles);
 storeContract(postgres);
-
-// ---------------------------------------------------------------------------------------------------------------
-// PostgreSQL only: the schema's versioned migrations
-// ---------------------------------------------------------------------------------------------------------------
-
-describe('PostgreSQL migrations', () => {
-  /** Opens a pool on `url` (applying `migrations`), ended after the file's tests, before its database is dropped. */
-  async function opened(url: string, migrations: readonly Migration[] = POSTGRES_MIGRATIONS): Promise<Pool> {
-    const pool = await openPostgres(url, migrations);
-    defer(() => pool.end());
-    return pool;
-  }
-
-  async function versions(pool: Pool): Promise<number[]> {
-    const result = await pool.query<{ version: number }>(
-      'SELECT version FROM schema_migrations ORDER BY version',
-    );
-    return result.rows.map((row) => row.version);
-  }
-
-  async function tableExists(pool: Pool, table: string): Promise<boolean> {
-    const result = await pool.query<{ found: boolean }>('SELECT to_regclass($1) IS NOT NULL AS found', [
-      table,
-    ]);
-    return result.rows[0]?.found === true;
-  }
-
-  it('records every version when it prepares a database', async () => {
-    const pool = await opened(await freshDatabase(defer));
-    assert.deepEqual(
-      await versions(pool),
-      POSTGRES_MIGRATIONS.map((m) => m.version),
-    );
-  });
-
-  it('applies each migration once, however many processes open the database together', async () => {
-    const url = await freshDatabase(defer);
-    const [first] = await Promise.all([opened(url), opened(url)]);
-    await opened(url);
-    assert.deepEqual(
-      await versions(first),
-      POSTGRES_MIGRATIONS.map((m) => m.version),
-    );
-    assert.deepEqual(await migrate(first, POSTGRES_MIGRATIONS), [], 'a migration ran again');
-  });
-
-  it('rolls a failing migration back and names it in the error', async () => {
-    const pool = await opened(await freshDatabase(defer), []);
-    const works: Migration = { version: 1, name: 'a table', sql: 'CREATE TABLE first_table (id integer)' };
-    const broken: Migration = {
-      version: 2,
-      name: 'a broken step',
-      sql: 'CREATE TABLE half_done (id integer); SELECT 1 / 0',
-    };
-    await assert.rejects(migrate(pool, [works, broken]), { message: 'migration 2 (a broken step) failed' });
-    assert.deepEqual(await versions(pool), [1]);
-    assert.equal(await tableExists(pool, 'first_table'), true);
-    assert.equal(await tableExists(pool, 'half_done'), false, 'the failed migration was not rolled back');
-    const fixed = { ...broken, sql: 'CREATE TABLE half_done (id integer)' };
-    assert.deepEqual(await migrate(pool, [works, fixed]), [2]);
-  });
-
-  it('names the failing migration when opening a database fails', async () => {
-    const url = await freshDatabase(defer);
-    const broken: Migration = { version: 1, name: 'a broken step', sql: 'SELECT 1 / 0' };
-    await assert.rejects(openPostgres(url, [broken]), {
-      message: /could not be prepared: migration 1 \(a broken step\) failed/,
-    });
-  });
-});

@@ -2,13 +2,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { logger } from '../telemetry/log';
 
-/** One numbered step of a schema; see migrate. */
-export interface Migration {
-  version: number;
-  name: string;
-  sql: string;
-}
-
 // bigint columns (epoch milliseconds) come back as numbers: they stay far below 2^53.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
@@ -148,62 +141,3 @@ function describe(err: unknown): string {
 
 /** The stores' handle on PostgreSQL. */
 export type Pool = Database;
-
-/** Opens the database and brings the schema up to date (see migrate); the caller ends it. */
-export async function openPostgres(url: string, migrations: readonly Migration[], retryForMs?: number) {
-  const db = new Database(url, retryForMs);
-  try {
-    await db.transaction(async () => undefined);
-    await migrate(db, migrations);
-  } catch (err) {
-    await db.end();
-    throw new Error(
-      `PostgreSQL at DATABASE_URL could not be prepared: ${err instanceof Error ? err.message : String(err)}; ` +
-        'check that the server answers and the URL names a database this user may create tables in',
-      { cause: err },
-    );
-  }
-  return db;
-}
-
-/**
- * Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction, in version order.
- * An advisory lock makes workers starting together take turns, so each migration runs exactly once per database.
- */
-export async function migrate(db: Database, migrations: readonly Migration[]): Promise<number[]> {
-  const client = await db.pool.connect();
-  const applied: number[] = [];
-  try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
-    await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
-      version integer PRIMARY KEY,
-      name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now()
-    )`);
-    const done = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
-    const have = new Set(done.rows.map((r) => r.version));
-    for (const migration of [...migrations].sort((a, b) => a.version - b.version)) {
-      if (have.has(migration.version)) continue;
-      await client.query('BEGIN');
-      try {
-        await client.query(migration.sql);
-        await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
-          migration.version,
-          migration.name,
-        ]);
-        await client.query('COMMIT');
-        applied.push(migration.version);
-      } catch (err) {
-        await client.query('ROLLBACK');
-        throw new Error(`migration ${migration.version} (${migration.name}) failed`, { cause: err });
-      }
-    }
-  } finally {
-    await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => undefined);
-    client.release();
-  }
-  return applied;
-}
-
-/** Arbitrary constant naming this project's migration lock among other advisory locks of the database. */
-const MIGRATION_LOCK = 727_001;

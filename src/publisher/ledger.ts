@@ -1,6 +1,4 @@
-import type Database from 'better-sqlite3';
 import { z } from 'zod';
-import { openDatabase } from '../lib/sqlite';
 import type { Receipt } from './types';
 
 export const LEDGER_STATES = ['claimed', 'delivered', 'unsent'] as const;
@@ -97,6 +95,19 @@ const RowSchema = z.object({
 });
 type Row = z.infer<typeof RowSchema>;
 
+/** The columns a ledger entry is read from. */
+export const ENTRY_COLUMNS = [
+  'idempotency_key',
+  'workflow_id',
+  'document_id',
+  'state',
+  'owner',
+  'attempts',
+  'receipt',
+  'last_error',
+  'updated_at',
+] as const;
+
 /** A ledger row as an entry; both backends store the same columns. */
 export function ledgerEntry(row: unknown): LedgerEntry {
   const r = RowSchema.parse(row);
@@ -125,178 +136,4 @@ export function claimFromRow(row: unknown, owner: string): LedgerClaim | 'take' 
   }
   if (r.state === 'unsent' || r.owner === owner) return 'take';
   return { kind: 'open', entry: ledgerEntry(row) };
-}
-
-const COLUMNS =
-  'idempotency_key, workflow_id, document_id, state, owner, attempts, receipt, last_error, updated_at';
-
-/** The ledger in the embedded SQLite file of one machine (the default without DATABASE_URL). */
-export class SqliteDeliveryLedger implements DeliveryLedger {
-  private readonly db: Database.Database;
-
-  constructor(file: string) {
-    this.db = openDatabase(file);
-    this.db.exec(`CREATE TABLE IF NOT EXISTS delivery_ledger (
-      idempotency_key TEXT PRIMARY KEY,
-      workflow_id TEXT NOT NULL,
-      document_id TEXT NOT NULL,
-      state TEXT NOT NULL,
-      owner TEXT,
-      attempts INTEGER NOT NULL DEFAULT 0,
-      receipt TEXT,
-      receiver_echoed_key INTEGER,
-      echoed_by TEXT,
-      text_ref TEXT,
-      last_error TEXT,
-      created_at INTEGER NOT NULL,
-      updated_at INTEGER NOT NULL
-    )`);
-    // Files made before the echo was recorded per receiver (their echoes name no receiver, so none is trusted) and
-    // before deliveries knew their version (their claims match no other run's).
-    const addColumns = this.db.transaction(() => {
-      const columns = z
-        .array(z.object({ name: z.string() }))
-        .parse(this.db.pragma('table_info(delivery_ledger)'));
-      for (const column of ['echoed_by', 'text_ref']) {
-        if (!columns.some((c) => c.name === column))
-          this.db.exec(`ALTER TABLE delivery_ledger ADD COLUMN ${column} TEXT`);
-      }
-    });
-    addColumns.immediate();
-  }
-
-  async claim(delivery: Delivery, owner: string): Promise<LedgerClaim> {
-    const now = Date.now();
-    const run = this.db.transaction((): LedgerClaim => {
-      // The row is made first (unsent, nothing sent yet), so what this delivery learns later has a row to go to.
-      this.db
-        .prepare(
-          `INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, state, attempts,
-             created_at, updated_at) VALUES (?, ?, ?, ?, 'unsent', 0, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING`,
-        )
-        .run(delivery.idempotencyKey, delivery.workflowId, delivery.documentId, delivery.version, now, now);
-      const found = this.db
-        .prepare(`SELECT ${COLUMNS} FROM delivery_ledger WHERE idempotency_key = ?`)
-        .get(delivery.idempotencyKey);
-      const claim = claimFromRow(found, owner);
-      if (claim !== 'take') return claim;
-      const earlier = this.db
-        .prepare(
-          `SELECT ${COLUMNS} FROM delivery_ledger WHERE document_id = ? AND text_ref = ? AND state = 'claimed'
-             AND idempotency_key <> ? AND (last_error IS NOT NULL OR updated_at <= ?) ORDER BY updated_at LIMIT 1`,
-        )
-        .get(delivery.documentId, delivery.version, delivery.idempotencyKey, now - delivery.inFlightMs);
-      if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier) };
-      this.db
-        .prepare(
-          `UPDATE delivery_ledger SET state = 'claimed', owner = ?, text_ref = ?, attempts = attempts + 1,
-             updated_at = ? WHERE idempotency_key = ?`,
-        )
-        .run(owner, delivery.version, now, delivery.idempotencyKey);
-      return { kind: 'fresh' };
-    });
-    return run.immediate();
-  }
-
-  async retake(idempotencyKey: string, owner: string): Promise<void> {
-    this.db
-      .prepare(
-        `UPDATE delivery_ledger SET owner = ?, attempts = attempts + 1, last_error = NULL, updated_at = ?
-         WHERE idempotency_key = ? AND state = 'claimed'`,
-      )
-      .run(owner, Date.now(), idempotencyKey);
-    return;
-  }
-
-  async delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void> {
-    this.db
-      .prepare(
-        `UPDATE delivery_ledger SET state = 'delivered', receipt = ?, receiver_echoed_key = ?, echoed_by = ?,
-           last_error = NULL, updated_at = ? WHERE idempotency_key = ?`,
-      )
-      .run(
-        JSON.stringify(receipt),
-        echoedBy !== undefined ? 1 : 0,
-        echoedBy ?? null,
-        Date.now(),
-        idempotencyKey,
-      );
-    return;
-  }
-
-  async note(idempotencyKey: string, error: string): Promise<void> {
-    this.db
-      .prepare(
-        `UPDATE delivery_ledger SET last_error = ?, updated_at = ? WHERE idempotency_key = ? AND state = 'claimed'`,
-      )
-      .run(error, Date.now(), idempotencyKey);
-  }
-
-  async unsent(idempotencyKey: string, error: string): Promise<void> {
-    this.db
-      .prepare(
-        `UPDATE delivery_ledger SET state = 'unsent', last_error = ?, updated_at = ?
-         WHERE idempotency_key = ? AND state = 'claimed'`,
-      )
-      .run(error, Date.now(), idempotencyKey);
-    return;
-  }
-
-  async openClaims(): Promise<LedgerEntry[]> {
-    const rows = this.db
-      .prepare(`SELECT ${COLUMNS} FROM delivery_ledger WHERE state = 'claimed' ORDER BY updated_at`)
-      .all();
-    return rows.map(ledgerEntry);
-  }
-
-  async resolve(idempotencyKey: string, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean> {
-    const result =
-      verdict === 'unsent'
-        ? this.db
-            .prepare(
-              `UPDATE delivery_ledger SET state = 'unsent', last_error = 'resolved by an operator: not delivered',
-                 updated_at = ? WHERE idempotency_key = ? AND state = 'claimed'`,
-            )
-            .run(Date.now(), idempotencyKey)
-        : this.db
-            .prepare(
-              `UPDATE delivery_ledger SET state = 'delivered', receipt = ?, updated_at = ?
-               WHERE idempotency_key = ? AND state = 'claimed'`,
-            )
-            .run(JSON.stringify(verdict.delivered), Date.now(), idempotencyKey);
-    return result.changes === 1;
-  }
-
-  async receiverHonoursKeys(origin: string): Promise<boolean> {
-    const row = this.db
-      .prepare('SELECT 1 AS yes FROM delivery_ledger WHERE receiver_echoed_key = 1 AND echoed_by = ? LIMIT 1')
-      .get(origin);
-    return row !== undefined;
-  }
-
-  async sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number> {
-    const run = this.db.transaction((): number => {
-      const rows = z
-        .array(z.object({ idempotency_key: z.string(), workflow_id: z.string() }))
-        .parse(
-          this.db
-            .prepare(
-              `SELECT idempotency_key, workflow_id FROM delivery_ledger WHERE state <> 'claimed' AND updated_at < ?`,
-            )
-            .all(before.getTime()),
-        );
-      const remove = this.db.prepare('DELETE FROM delivery_ledger WHERE idempotency_key = ?');
-      let removed = 0;
-      for (const row of rows) {
-        if (!openWorkflowIds.has(row.workflow_id)) removed += remove.run(row.idempotency_key).changes;
-      }
-      return removed;
-    });
-    return run.immediate();
-  }
-
-  async close(): Promise<void> {
-    this.db.close();
-    return;
-  }
 }

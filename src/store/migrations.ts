@@ -1,86 +1,212 @@
 /**
- * The PostgreSQL schema, as numbered steps. A database records the versions it has (`schema_migrations`) and
- * gets only the missing ones at start. Never edit a step that has shipped: add the next number.
+ * The schema of both backends, as numbered steps described once (Kysely's schema builder speaks each dialect).
+ * A database, or a store's SQLite file, records the versions it has in `schema_migrations` and gets only the
+ * missing ones when it is opened; PostgreSQL runs every store's part of a step, a SQLite file its own store's.
+ * Never edit a step that has shipped: add the next number. A step that adds a column asks first whether the table
+ * has it: SQLite files made before this list existed were patched by hand, some of them already.
  */
-import type { Migration } from '../lib/postgres';
+import { sql } from 'kysely';
+import type { ColumnDataType, ColumnDefinitionBuilder } from 'kysely';
+import type { Schema, StoreName } from './schema';
+import type { Dialect, Sql } from './sql';
 
-export const POSTGRES_MIGRATIONS: readonly Migration[] = [
+/** One numbered step of the schema. */
+export interface Migration {
+  version: number;
+  name: string;
+  /** What the step does to each store's tables, inside the step's transaction. */
+  up: Partial<Record<StoreName, (db: Sql) => Promise<void>>>;
+}
+
+/** A column's type, by what it holds, in each dialect. */
+interface Types {
+  bytes: ColumnDataType;
+  json: ColumnDataType;
+  flag: ColumnDataType;
+  /** A time SQLite keeps as epoch milliseconds. */
+  time: ColumnDataType;
+  /** A time SQLite keeps as ISO text (the publication file's columns). */
+  timeText: ColumnDataType;
+  bigint: ColumnDataType;
+  /** A generated row number, as the primary key. */
+  rowNumber: ColumnDataType;
+  /** NOT NULL, and in PostgreSQL defaulted to now() (SQLite's stores always write the time). */
+  stamped: (column: ColumnDefinitionBuilder) => ColumnDefinitionBuilder;
+}
+
+const TYPES: Record<Dialect, Types> = {
+  postgres: {
+    bytes: 'bytea',
+    json: 'jsonb',
+    flag: 'boolean',
+    time: 'timestamptz',
+    timeText: 'timestamptz',
+    bigint: 'bigint',
+    rowNumber: 'bigserial',
+    stamped: (column) => column.notNull().defaultTo(sql`now()`),
+  },
+  sqlite: {
+    bytes: 'blob',
+    json: 'text',
+    flag: 'integer',
+    time: 'integer',
+    timeText: 'text',
+    bigint: 'integer',
+    rowNumber: 'integer',
+    stamped: (column) => column.notNull(),
+  },
+};
+
+/** Adds a column unless the table has it already (see the top of this file). */
+async function addColumn(db: Sql, table: keyof Schema, column: string, type: ColumnDataType): Promise<void> {
+  if (!(await db.hasColumn(table, column)))
+    await db.run(db.build.schema.alterTable(table).addColumn(column, type));
+}
+
+export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: 'blobs, model memo, delivery ledger, publications',
-    sql: `
-      CREATE TABLE blobs (
-        ref text PRIMARY KEY,
-        bytes bytea NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
-      );
-
-      CREATE TABLE model_memo (
-        memo_key text PRIMARY KEY,
-        workflow_id text NOT NULL,
-        step text NOT NULL,
-        request_hash text NOT NULL,
-        run_id text NOT NULL,
-        owner text,
-        lease_until timestamptz,
-        answer jsonb,
-        provider_failures integer NOT NULL DEFAULT 0,
-        rejected jsonb NOT NULL DEFAULT '[]',
-        created_at timestamptz NOT NULL DEFAULT now(),
-        updated_at timestamptz NOT NULL DEFAULT now()
-      );
-      CREATE INDEX model_memo_workflow_id ON model_memo (workflow_id);
-
-      CREATE TABLE delivery_ledger (
-        idempotency_key text PRIMARY KEY,
-        workflow_id text NOT NULL,
-        document_id text NOT NULL,
-        state text NOT NULL CHECK (state IN ('claimed', 'delivered', 'unsent')),
-        owner text,
-        attempts integer NOT NULL DEFAULT 0,
-        receipt jsonb,
-        receiver_echoed_key boolean,
-        last_error text,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        updated_at timestamptz NOT NULL DEFAULT now()
-      );
-      CREATE INDEX delivery_ledger_open ON delivery_ledger (state) WHERE state = 'claimed';
-
-      CREATE TABLE publications (
-        document_id text PRIMARY KEY,
-        revision integer NOT NULL,
-        title text NOT NULL,
-        summary text NOT NULL,
-        tags jsonb NOT NULL,
-        updated_at timestamptz NOT NULL,
-        scheduled_at bigint
-      );
-      CREATE TABLE publication_revisions (
-        document_id text NOT NULL,
-        revision integer NOT NULL,
-        idempotency_key text NOT NULL UNIQUE,
-        payload jsonb NOT NULL,
-        published_at timestamptz NOT NULL,
-        PRIMARY KEY (document_id, revision)
-      );
-      CREATE TABLE publication_deliveries (
-        id bigserial PRIMARY KEY,
-        idempotency_key text NOT NULL,
-        document_id text NOT NULL,
-        outcome text NOT NULL,
-        received_at timestamptz NOT NULL
-      );
-    `,
+    up: {
+      async blobs(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('blobs')
+            .ifNotExists()
+            .addColumn('ref', 'text', (c) => c.primaryKey())
+            .addColumn('bytes', t.bytes, (c) => c.notNull())
+            .addColumn('created_at', t.time, t.stamped),
+        );
+      },
+      async memo(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('model_memo')
+            .ifNotExists()
+            .addColumn('memo_key', 'text', (c) => c.primaryKey())
+            .addColumn('workflow_id', 'text', (c) => c.notNull())
+            .addColumn('step', 'text', (c) => c.notNull())
+            .addColumn('request_hash', 'text', (c) => c.notNull())
+            .addColumn('run_id', 'text', (c) => c.notNull())
+            .addColumn('owner', 'text')
+            .addColumn('lease_until', t.time)
+            .addColumn('answer', t.json)
+            .addColumn('provider_failures', 'integer', (c) => c.notNull().defaultTo(0))
+            .addColumn('rejected', t.json, (c) => c.notNull().defaultTo('[]'))
+            .addColumn('created_at', t.time, t.stamped)
+            .addColumn('updated_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('model_memo_workflow_id')
+            .ifNotExists()
+            .on('model_memo')
+            .column('workflow_id'),
+        );
+      },
+      async ledger(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('delivery_ledger')
+            .ifNotExists()
+            .addColumn('idempotency_key', 'text', (c) => c.primaryKey())
+            .addColumn('workflow_id', 'text', (c) => c.notNull())
+            .addColumn('document_id', 'text', (c) => c.notNull())
+            .addColumn('state', 'text', (c) =>
+              c.notNull().check(sql`state IN ('claimed', 'delivered', 'unsent')`),
+            )
+            .addColumn('owner', 'text')
+            .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+            .addColumn('receipt', t.json)
+            .addColumn('receiver_echoed_key', t.flag)
+            .addColumn('last_error', 'text')
+            .addColumn('created_at', t.time, t.stamped)
+            .addColumn('updated_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('delivery_ledger_open')
+            .ifNotExists()
+            .on('delivery_ledger')
+            .column('state')
+            .where('state', '=', 'claimed'),
+        );
+      },
+      async publications(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('publications')
+            .ifNotExists()
+            .addColumn('document_id', 'text', (c) => c.primaryKey())
+            .addColumn('revision', 'integer', (c) => c.notNull())
+            .addColumn('title', 'text', (c) => c.notNull())
+            .addColumn('summary', 'text', (c) => c.notNull())
+            .addColumn('tags', t.json, (c) => c.notNull())
+            .addColumn('updated_at', t.timeText, (c) => c.notNull())
+            .addColumn('scheduled_at', t.bigint),
+        );
+        await db.run(
+          db.build.schema
+            .createTable('publication_revisions')
+            .ifNotExists()
+            .addColumn('document_id', 'text', (c) => c.notNull())
+            .addColumn('revision', 'integer', (c) => c.notNull())
+            .addColumn('idempotency_key', 'text', (c) => c.notNull().unique())
+            .addColumn('payload', t.json, (c) => c.notNull())
+            .addColumn('published_at', t.timeText, (c) => c.notNull())
+            .addPrimaryKeyConstraint('publication_revisions_pkey', ['document_id', 'revision']),
+        );
+        await db.run(
+          db.build.schema
+            .createTable('publication_deliveries')
+            .ifNotExists()
+            .addColumn('id', t.rowNumber, (c) =>
+              db.dialect === 'sqlite' ? c.primaryKey().autoIncrement() : c.primaryKey(),
+            )
+            .addColumn('idempotency_key', 'text', (c) => c.notNull())
+            .addColumn('document_id', 'text', (c) => c.notNull())
+            .addColumn('outcome', 'text', (c) => c.notNull())
+            .addColumn('received_at', t.timeText, (c) => c.notNull()),
+        );
+      },
+    },
   },
   {
     version: 2,
     name: 'the origin of the receiver that echoed a delivery key',
-    sql: `ALTER TABLE delivery_ledger ADD COLUMN echoed_by text`,
+    up: {
+      // Rows from before name no receiver: none of their echoes is trusted.
+      ledger: (db) => addColumn(db, 'delivery_ledger', 'echoed_by', 'text'),
+    },
   },
   {
     version: 3,
     name: "the version a delivery publishes, so a later run finds an earlier run's open claim on it",
-    sql: `ALTER TABLE delivery_ledger ADD COLUMN text_ref text;
-      CREATE INDEX delivery_ledger_open_version ON delivery_ledger (document_id, text_ref) WHERE state = 'claimed';`,
+    up: {
+      async ledger(db) {
+        // Claims from before match no other run's.
+        await addColumn(db, 'delivery_ledger', 'text_ref', 'text');
+        await db.run(
+          db.build.schema
+            .createIndex('delivery_ledger_open_version')
+            .ifNotExists()
+            .on('delivery_ledger')
+            .columns(['document_id', 'text_ref'])
+            .where(sql.ref('state'), '=', 'claimed'),
+        );
+      },
+    },
+  },
+  {
+    version: 4,
+    name: 'the order of publications, in SQLite files made before it (PostgreSQL had it from the start)',
+    up: {
+      // NULL: a publication from before the order, which any new key may follow.
+      publications: (db) => addColumn(db, 'publications', 'scheduled_at', TYPES[db.dialect].bigint),
+    },
   },
 ];

@@ -1,18 +1,14 @@
 import type { Config } from '../config';
 import { FileBlobStore } from '../documents/blobs';
 import type { BlobStore } from '../documents/blobs';
-import { PostgresBlobStore } from '../documents/blobs-postgres';
+import { TableBlobStore } from '../documents/blobs-table';
 import type { AnswerMemo } from '../model/memo';
-import { PostgresAnswerMemo } from '../model/memo-postgres';
-import { SqliteAnswerMemo } from '../model/memo-sqlite';
-import { SqliteDeliveryLedger } from '../publisher/ledger';
+import { SqlAnswerMemo, SqliteAnswerMemo } from '../model/memo-store';
 import type { DeliveryLedger } from '../publisher/ledger';
-import { PostgresDeliveryLedger } from '../publisher/ledger-postgres';
-import { SqlitePublicationStore } from '../publisher/publication-store';
+import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../publisher/ledger-store';
+import { SqlitePublicationStore, SqlPublicationStore } from '../publisher/publication-store';
 import type { PublicationStore } from '../publisher/publication-store';
-import { PostgresPublicationStore } from '../publisher/publication-store-postgres';
-import { openPostgres } from '../lib/postgres';
-import { POSTGRES_MIGRATIONS } from './migrations';
+import { openPostgres, postgresSql } from './sql-postgres';
 
 /** The state the pipeline keeps, in one backend: the embedded SQLite files, or the fleet's PostgreSQL. */
 export interface Stores {
@@ -27,17 +23,19 @@ export interface Stores {
 
 /**
  * Opens the stores the configuration names. With DATABASE_URL they share one PostgreSQL pool (the schema brought
- * up to date first); without it each is a file in DATA_DIR, which only processes on this machine can share.
+ * up to date first); without it each is a file in DATA_DIR, which only processes on this machine can share, each
+ * file's schema brought up to date as it opens.
  */
 export async function openStores(config: Config): Promise<Stores> {
   if (config.database.kind === 'postgres') {
-    const pool = await openPostgres(config.database.url, POSTGRES_MIGRATIONS);
-    const publications = new PostgresPublicationStore(pool);
+    const pool = await openPostgres(config.database.url);
+    const db = postgresSql(pool);
+    const publications = new SqlPublicationStore(db);
     return {
       backend: 'postgres',
-      blobs: new PostgresBlobStore(pool),
-      memo: new PostgresAnswerMemo(pool),
-      ledger: new PostgresDeliveryLedger(pool),
+      blobs: new TableBlobStore(db),
+      memo: new SqlAnswerMemo(db),
+      ledger: new SqlDeliveryLedger(db),
       publications: () => publications,
       close: () => pool.end(),
     };

@@ -1,5 +1,5 @@
 import { dataPaths } from '../../config';
-import { SqliteAnswerMemo } from '../../model/memo-sqlite';
+import { SqliteAnswerMemo } from '../../model/memo-store';
 import type { SqlitePublicationStore } from '../../publisher/publication-store';
 import { markSkippedOnResume, recoveryReport, runDetails } from '../../runs/history';
 import type { StepReport } from '../../runs/history';

@@ -1,0 +1,155 @@
+import { sql } from 'kysely';
+import type { Selectable } from 'kysely';
+import { openSqlite } from '../store/sql-sqlite';
+import { dateOf, flagOf, forUpdate, jsonOf, sweepClosedWorkflows } from '../store/sql';
+import type { Sql } from '../store/sql';
+import type { ModelMemoTable, WrittenTime } from '../store/schema';
+import { decideClaim, StoredAnswerSchema } from './memo';
+import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
+
+/** A memo row as a claim reads it (see Sql: the types each backend gives back). */
+type EntryRow = Pick<
+  Selectable<ModelMemoTable>,
+  'run_id' | 'owner' | 'lease_until' | 'answer' | 'provider_failures' | 'rejected'
+> & { lease_live: boolean | number | null };
+
+/**
+ * The memo in either backend: the embedded SQLite file of one machine, or PostgreSQL for a fleet, where leases are
+ * read against the database's clock, so hosts whose clocks disagree still agree on whose claim is live.
+ */
+export class SqlAnswerMemo implements AnswerMemo {
+  constructor(private readonly db: Sql) {}
+
+  async claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim> {
+    for (;;) {
+      // A new key is claimed by the INSERT alone: one statement, no transaction to hold open.
+      const now = this.db.now();
+      const created = await this.db.run(
+        sql`INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id, owner, lease_until,
+          created_at, updated_at) VALUES (${request.memoKey}, ${request.workflowId}, ${request.step},
+          ${request.requestHash}, ${request.runId}, ${owner}, ${this.db.clock(leaseMs)}, ${now}, ${now})
+          ON CONFLICT (memo_key) DO NOTHING`,
+      );
+      if (created === 1) return { kind: 'owned', providerFailures: 0, rejected: [] };
+      const claim = await this.db.transaction((tx) => this.claimExisting(tx, request, owner, leaseMs));
+      // Swept between the INSERT and the read: claim it as new.
+      if (claim !== 'gone') return claim;
+    }
+  }
+
+  private async claimExisting(
+    tx: Sql,
+    request: MemoRequest,
+    owner: string,
+    leaseMs: number,
+  ): Promise<Claim | 'gone'> {
+    // Locked until commit (FOR UPDATE, or SQLite's write lock): concurrent claimers of one key take turns.
+    const found = await tx.first(
+      sql<EntryRow>`SELECT run_id, owner, lease_until, lease_until > ${tx.clock()} AS lease_live, answer,
+        provider_failures, rejected FROM model_memo WHERE memo_key = ${request.memoKey}${forUpdate(tx)}`,
+    );
+    if (found === undefined) return 'gone';
+    const claim = decideClaim(
+      {
+        runId: found.run_id,
+        owner: found.owner,
+        leaseUntil: found.lease_until === null ? null : dateOf(found.lease_until),
+        leaseLive: flagOf(found.lease_live),
+        answer: found.answer === null ? null : jsonOf(found.answer),
+        providerFailures: found.provider_failures,
+        rejected: jsonOf(found.rejected),
+      },
+      request,
+      owner,
+    );
+    if (claim.kind !== 'owned') return claim;
+    await tx.run(
+      sql`UPDATE model_memo SET owner = ${owner}, lease_until = ${tx.clock(leaseMs)}, run_id = ${request.runId},
+        provider_failures = ${claim.providerFailures}, rejected = ${JSON.stringify(claim.rejected)},
+        updated_at = ${tx.now()} WHERE memo_key = ${request.memoKey}`,
+    );
+    return claim;
+  }
+
+  async renew(memoKey: string, owner: string, leaseMs: number): Promise<boolean> {
+    const changed = await this.db.run(
+      this.db.build
+        .updateTable('model_memo')
+        .set({ lease_until: this.db.clock(leaseMs), updated_at: this.db.now() })
+        .where('memo_key', '=', memoKey)
+        .where('owner', '=', owner)
+        .where('answer', 'is', null),
+    );
+    return changed === 1;
+  }
+
+  async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
+    // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
+    const changed = await this.db.run(
+      sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
+        updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,
+    );
+    if (changed === 1) return answer;
+    const stored = await this.db.first(
+      this.db.build.selectFrom('model_memo').select('answer').where('memo_key', '=', memoKey),
+    );
+    return StoredAnswerSchema.parse(jsonOf(stored?.answer));
+  }
+
+  async release(memoKey: string, owner: string, release: Release): Promise<number> {
+    const counted = release.providerFailure === true || release.rejected !== undefined ? 1 : 0;
+    const rows = await this.db.rows(
+      this.db.build
+        .updateTable('model_memo')
+        .set((eb) => ({
+          provider_failures: eb('provider_failures', '+', counted),
+          owner: eb.case().when('owner', '=', owner).then(null).else(eb.ref('owner')).end(),
+          lease_until: eb
+            .case()
+            .when('owner', '=', owner)
+            .then(null)
+            .else(eb.ref('lease_until').$castTo<WrittenTime>())
+            .end(),
+          updated_at: this.db.now(),
+        }))
+        .$if(release.rejected !== undefined, (q) =>
+          q.set({ rejected: this.db.jsonAppend('rejected', JSON.stringify(release.rejected)) }),
+        )
+        .where('memo_key', '=', memoKey)
+        .returning('provider_failures'),
+    );
+    return rows[0]?.provider_failures ?? 0;
+  }
+
+  async count(): Promise<number> {
+    const row = await this.db.first(
+      this.db.build
+        .selectFrom('model_memo')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('answer', 'is not', null),
+    );
+    return Number(row?.n ?? 0);
+  }
+
+  async sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number> {
+    const old = this.db.time(before);
+    const memo = this.db.build;
+    return sweepClosedWorkflows(
+      this.db,
+      openWorkflowIds,
+      memo.selectFrom('model_memo').select(['memo_key as key', 'workflow_id']).where('updated_at', '<', old),
+      (keys) => memo.deleteFrom('model_memo').where('memo_key', 'in', keys).where('updated_at', '<', old),
+    );
+  }
+
+  close(): Promise<void> {
+    return this.db.close();
+  }
+}
+
+/** The memo in the embedded SQLite file of one machine (the default without DATABASE_URL). */
+export class SqliteAnswerMemo extends SqlAnswerMemo {
+  constructor(file: string) {
+    super(openSqlite(file, 'memo'));
+  }
+}

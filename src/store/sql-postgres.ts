@@ -1,0 +1,122 @@
+import type pg from 'pg';
+import { sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
+import { Database } from '../lib/postgres';
+import { migrate } from './migrate';
+import { MIGRATIONS } from './migrations';
+import type { Migration } from './migrations';
+import type { Schema } from './schema';
+import { builderFor, compiled, written } from './sql';
+import type { Query, Sql } from './sql';
+
+const build = builderFor('postgres');
+
+/**
+ * The stores' handle on PostgreSQL: every statement goes through `db` (its pool, timeouts and outage retries), and
+ * a transaction is `db.transaction`, retried whole. It borrows the pool: whoever opened `db` ends it.
+ */
+export function postgresSql(db: Database): Sql {
+  return new PostgresSql(db, undefined);
+}
+
+/** Opens the database and brings the schema up to date (see migrate); the caller ends it. */
+export async function openPostgres(
+  url: string,
+  migrations: readonly Migration[] = MIGRATIONS,
+  retryForMs?: number,
+): Promise<Database> {
+  const db = new Database(url, retryForMs);
+  try {
+    await db.transaction(async () => undefined);
+    await migrate(postgresSql(db), migrations);
+  } catch (err) {
+    await db.end();
+    throw new Error(
+      `PostgreSQL at DATABASE_URL could not be prepared: ${err instanceof Error ? err.message : String(err)}; ` +
+        'check that the server answers and the URL names a database this user may create tables in',
+      { cause: err },
+    );
+  }
+  return db;
+}
+
+class PostgresSql implements Sql {
+  readonly dialect = 'postgres';
+  readonly where = 'PostgreSQL';
+  readonly build = build;
+  readonly lockRows = true;
+
+  constructor(
+    private readonly db: Database,
+    /** The client of the transaction this handle is in, if any. */
+    private readonly client: pg.PoolClient | undefined,
+  ) {}
+
+  async rows<O>(query: Query<O>): Promise<O[]> {
+    // The rows are what the statement returned, as its query (the builder, or a template by hand) typed them.
+    return (await this.exec(query)).rows as O[];
+  }
+
+  async first<O>(query: Query<O>): Promise<O | undefined> {
+    return (await this.rows(query))[0];
+  }
+
+  async run(query: Query<unknown>): Promise<number> {
+    return (await this.exec(query)).rowCount ?? 0;
+  }
+
+  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
+    if (this.client !== undefined) throw new Error('a PostgreSQL transaction cannot start inside another');
+    return this.db.transaction((client) => work(new PostgresSql(this.db, client)));
+  }
+
+  async lock(key: number | string): Promise<void> {
+    await this.run(
+      typeof key === 'number'
+        ? sql`SELECT pg_advisory_xact_lock(${key})`
+        : sql`SELECT pg_advisory_xact_lock(hashtext(${key}))`,
+    );
+  }
+
+  now() {
+    return written(sql`now()`);
+  }
+
+  clock(offsetMs = 0) {
+    return written(
+      offsetMs === 0
+        ? sql`clock_timestamp()`
+        : sql`clock_timestamp() + ${offsetMs} * interval '1 millisecond'`,
+    );
+  }
+
+  time(date: Date): Date {
+    return date;
+  }
+
+  ago(msAgo: number): RawBuilder<Date> {
+    return sql<Date>`now() - ${msAgo} * interval '1 millisecond'`;
+  }
+
+  jsonAppend(column: string, json: string) {
+    return sql<string>`${sql.ref(column)} || jsonb_build_array(${json}::jsonb)`;
+  }
+
+  async hasColumn(table: keyof Schema, column: string): Promise<boolean> {
+    const found = await this.first(
+      sql`SELECT 1 AS yes FROM information_schema.columns
+          WHERE table_schema = current_schema() AND table_name = ${table} AND column_name = ${column}`,
+    );
+    return found !== undefined;
+  }
+
+  async close(): Promise<void> {
+    return;
+  }
+
+  private exec(query: Query<unknown>): Promise<pg.QueryResult> {
+    const { sql: text, parameters } = compiled(query, build);
+    const values = [...parameters];
+    return this.client !== undefined ? this.client.query(text, values) : this.db.query(text, values);
+  }
+}

@@ -1,0 +1,224 @@
+import path from 'node:path';
+import type BetterSqlite3 from 'better-sqlite3';
+import { CompiledQuery, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { openDatabase } from '../lib/sqlite';
+import { migrate } from './migrate';
+import { MIGRATIONS } from './migrations';
+import type { Migration } from './migrations';
+import type { Schema, StoreName } from './schema';
+import { SQLITE_TABLE_NAMES } from './schema';
+import { builderFor, compiled, written } from './sql';
+import type { Query, Sql } from './sql';
+
+const CONTROL = {
+  'BEGIN IMMEDIATE': CompiledQuery.raw('BEGIN IMMEDIATE'),
+  COMMIT: CompiledQuery.raw('COMMIT'),
+  ROLLBACK: CompiledQuery.raw('ROLLBACK'),
+};
+const plainBuilder = builderFor('sqlite');
+/** The publication file's builder: two of its tables have the names they had before PostgreSQL came. */
+const renamingBuilder = builderFor('sqlite', SQLITE_TABLE_NAMES);
+
+/**
+ * Opens the SQLite file of one store (the durability settings of lib/sqlite.ts) and brings its schema up to date:
+ * the migrations' steps for `store`'s tables, recorded in the file's own `schema_migrations`. The handle is ready
+ * at once; its first statement waits for the migrations, and fails with their error if they failed.
+ */
+export function openSqlite(
+  file: string,
+  store: StoreName,
+  migrations: readonly Migration[] = MIGRATIONS,
+): Sql {
+  const connection = Connection.of(file);
+  const build = store === 'publications' ? renamingBuilder : plainBuilder;
+  const ready = connection
+    .exclusive(() => migrate(new SqliteSql(connection, build, 'direct', undefined), migrations, [store]))
+    .then(
+      () => undefined,
+      (err: unknown) => {
+        throw new Error(
+          `the SQLite file ${file} could not be brought up to date: ${err instanceof Error ? err.message : String(err)}`,
+          { cause: err },
+        );
+      },
+    );
+  // Every statement of the handle awaits it and sees the failure; nobody need await it for it to count as handled.
+  ready.catch(() => undefined);
+  return new SqliteSql(connection, build, 'queued', ready);
+}
+
+/**
+ * The one better-sqlite3 connection of this process to a file, shared by every handle on it, its statements
+ * prepared once each. The file is SQLite's to share between processes; within this one, work takes turns. Two
+ * connections of one process must not share a file: a transaction here spans awaits, and a second connection's
+ * BEGIN would wait for it synchronously, the event loop blocked, for the whole busy timeout.
+ */
+class Connection {
+  private static readonly open = new Map<string, Connection>();
+  readonly db: BetterSqlite3.Database;
+  private readonly statements = new Map<string, BetterSqlite3.Statement>();
+  private turn: Promise<void> = Promise.resolve();
+  private handles = 0;
+
+  private constructor(readonly file: string) {
+    this.db = openDatabase(file);
+  }
+
+  /** The connection to `file`, opened if this process has none, counted as one more handle. */
+  static of(file: string): Connection {
+    const key = path.resolve(file);
+    let connection = Connection.open.get(key);
+    if (connection === undefined) {
+      connection = new Connection(file);
+      Connection.open.set(key, connection);
+    }
+    connection.handles += 1;
+    return connection;
+  }
+
+  exec(query: CompiledQuery<unknown>): { rows: unknown[]; changes: number } {
+    let statement = this.statements.get(query.sql);
+    if (statement === undefined) {
+      statement = this.db.prepare(query.sql);
+      if (this.statements.size >= 256) this.statements.clear();
+      this.statements.set(query.sql, statement);
+    }
+    // better-sqlite3 binds numbers, strings, buffers and null; a flag is 0 or 1.
+    const values = query.parameters.map((v) => (typeof v === 'boolean' ? Number(v) : v));
+    if (statement.reader) {
+      const rows = statement.all(...values);
+      return { rows, changes: rows.length };
+    }
+    return { rows: [], changes: statement.run(...values).changes };
+  }
+
+  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK, prepared once like every statement. */
+  control(statement: keyof typeof CONTROL): void {
+    this.exec(CONTROL[statement]);
+  }
+
+  /** Runs `work` once every earlier caller's work is done. */
+  async exclusive<T>(work: () => T | Promise<T>): Promise<T> {
+    const previous = this.turn;
+    let done = (): void => undefined;
+    this.turn = new Promise<void>((resolve) => (done = resolve));
+    try {
+      await previous;
+      return await work();
+    } finally {
+      done();
+    }
+  }
+
+  /** One handle fewer, once its work is done; the last one closes the file. */
+  async release(): Promise<void> {
+    await this.exclusive(() => undefined);
+    this.handles -= 1;
+    if (this.handles > 0) return;
+    Connection.open.delete(path.resolve(this.file));
+    this.db.close();
+  }
+}
+
+/** A handle on the connection: `queued` takes turns with other callers; `direct` already has its turn. */
+class SqliteSql implements Sql {
+  readonly dialect = 'sqlite';
+  readonly lockRows = false;
+
+  private closed = false;
+
+  constructor(
+    private readonly connection: Connection,
+    readonly build: Kysely<Schema>,
+    private readonly mode: 'queued' | 'direct',
+    /** A queued handle's migrations: its statements wait for them (they were queued before any of them). */
+    private readonly ready: Promise<void> | undefined,
+  ) {}
+
+  get where(): string {
+    return this.connection.file;
+  }
+
+  async rows<O>(query: Query<O>): Promise<O[]> {
+    // The rows are what the statement returned, as its query (the builder, or a template by hand) typed them.
+    return (await this.exec(query)).rows as O[];
+  }
+
+  async first<O>(query: Query<O>): Promise<O | undefined> {
+    return (await this.rows(query))[0];
+  }
+
+  async run(query: Query<unknown>): Promise<number> {
+    return (await this.exec(query)).changes;
+  }
+
+  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
+    const { db } = this.connection;
+    const transaction = async (): Promise<T> => {
+      if (db.inTransaction) throw new Error('a SQLite transaction cannot start inside another');
+      this.connection.control('BEGIN IMMEDIATE');
+      try {
+        const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
+        this.connection.control('COMMIT');
+        return result;
+      } catch (err) {
+        if (db.inTransaction) this.connection.control('ROLLBACK');
+        throw err;
+      }
+    };
+    return this.mode === 'direct' ? transaction() : this.connection.exclusive(this.afterReady(transaction));
+  }
+
+  async lock(): Promise<void> {
+    return;
+  }
+
+  now(as?: 'text') {
+    return written(sql.val(as === 'text' ? new Date().toISOString() : Date.now()));
+  }
+
+  clock(offsetMs = 0) {
+    return written(sql.val(Date.now() + offsetMs));
+  }
+
+  time(date: Date): number {
+    return date.getTime();
+  }
+
+  ago(msAgo: number) {
+    return sql.val(Date.now() - msAgo);
+  }
+
+  jsonAppend(column: string, json: string) {
+    return sql<string>`json_insert(${sql.ref(column)}, '$[#]', json(${json}))`;
+  }
+
+  async hasColumn(table: keyof Schema, column: string): Promise<boolean> {
+    const name = SQLITE_TABLE_NAMES[table] ?? table;
+    const found = await this.first(
+      sql`SELECT 1 AS yes FROM pragma_table_info(${name}) WHERE name = ${column}`,
+    );
+    return found !== undefined;
+  }
+
+  async close(): Promise<void> {
+    if (this.mode === 'direct' || this.closed) return;
+    this.closed = true;
+    await this.connection.release();
+  }
+
+  private afterReady<T>(work: () => T | Promise<T>): () => Promise<T> {
+    return async () => {
+      await this.ready;
+      return work();
+    };
+  }
+
+  private exec(query: Query<unknown>): Promise<{ rows: unknown[]; changes: number }> {
+    const statement = compiled(query, this.build);
+    return this.mode === 'direct'
+      ? Promise.resolve(this.connection.exec(statement))
+      : this.connection.exclusive(this.afterReady(() => this.connection.exec(statement)));
+  }
+}
