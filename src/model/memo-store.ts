@@ -22,9 +22,12 @@ export class SqlAnswerMemo implements AnswerMemo {
 
   async claim(request: MemoRequest, owner: string, leaseMs: number): Promise<Claim> {
     for (;;) {
-      // A new key is claimed by the INSERT alone: one statement, no transaction to hold open.
+      // A new key is claimed by the INSERT alone: one statement, no transaction to hold open. Unsynced on
+      // SQLite: a claim keeps a stalled twin from paying again, and both twins live on the machine whose file it
+      // is; an OS crash that loses the claim ends both, and whatever was paid and not stored is lost with or
+      // without it. The answer (complete) is synced, and with it every claim before it.
       const now = this.db.now();
-      const created = await this.db.run(
+      const created = await this.db.runUnsynced(
         sql`INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id, owner, lease_until,
           created_at, updated_at) VALUES (${request.memoKey}, ${request.workflowId}, ${request.step},
           ${request.requestHash}, ${request.runId}, ${owner}, ${this.db.clock(leaseMs)}, ${now}, ${now})
@@ -72,7 +75,8 @@ export class SqlAnswerMemo implements AnswerMemo {
   }
 
   async renew(memoKey: string, owner: string, leaseMs: number): Promise<boolean> {
-    const changed = await this.db.run(
+    // Unsynced on SQLite, as a new claim (see claim).
+    const changed = await this.db.runUnsynced(
       this.db.build
         .updateTable('model_memo')
         .set({ lease_until: this.db.clock(leaseMs), updated_at: this.db.now() })

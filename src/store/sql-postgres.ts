@@ -65,6 +65,10 @@ class PostgresSql implements Sql {
     return (await this.exec(query)).rowCount ?? 0;
   }
 
+  runUnsynced(query: Query<unknown>): Promise<number> {
+    return this.run(query);
+  }
+
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
     if (this.client !== undefined) throw new Error('a PostgreSQL transaction cannot start inside another');
     return this.db.transaction((client) => work(new PostgresSql(this.db, client)));

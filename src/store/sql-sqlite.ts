@@ -15,6 +15,8 @@ const CONTROL = {
   'BEGIN IMMEDIATE': CompiledQuery.raw('BEGIN IMMEDIATE'),
   COMMIT: CompiledQuery.raw('COMMIT'),
   ROLLBACK: CompiledQuery.raw('ROLLBACK'),
+  UNSYNCED: CompiledQuery.raw('PRAGMA synchronous = NORMAL'),
+  SYNCED: CompiledQuery.raw('PRAGMA synchronous = FULL'),
 };
 const plainBuilder = builderFor('sqlite');
 /** The publication file's builder: two of its tables have the names they had before PostgreSQL came. */
@@ -93,7 +95,21 @@ class Connection {
     return { rows: [], changes: statement.run(...values).changes };
   }
 
-  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK, prepared once like every statement. */
+  /**
+   * `exec` committed without an fsync. The level is the connection's, and SQLite refuses to change it inside a
+   * transaction: there the statement commits with the transaction, synced.
+   */
+  execUnsynced(query: CompiledQuery<unknown>): { rows: unknown[]; changes: number } {
+    if (this.db.inTransaction) return this.exec(query);
+    this.control('UNSYNCED');
+    try {
+      return this.exec(query);
+    } finally {
+      this.control('SYNCED');
+    }
+  }
+
+  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK (or the sync level), prepared once like every statement. */
   control(statement: keyof typeof CONTROL): void {
     this.exec(CONTROL[statement]);
   }
@@ -151,6 +167,10 @@ class SqliteSql implements Sql {
 
   async run(query: Query<unknown>): Promise<number> {
     return (await this.exec(query)).changes;
+  }
+
+  async runUnsynced(query: Query<unknown>): Promise<number> {
+    return (await this.exec(query, { synced: false })).changes;
   }
 
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
@@ -215,10 +235,12 @@ class SqliteSql implements Sql {
     };
   }
 
-  private exec(query: Query<unknown>): Promise<{ rows: unknown[]; changes: number }> {
+  private exec(
+    query: Query<unknown>,
+    { synced = true }: { synced?: boolean } = {},
+  ): Promise<{ rows: unknown[]; changes: number }> {
     const statement = compiled(query, this.build);
-    return this.mode === 'direct'
-      ? Promise.resolve(this.connection.exec(statement))
-      : this.connection.exclusive(this.afterReady(() => this.connection.exec(statement)));
+    const run = () => (synced ? this.connection.exec(statement) : this.connection.execUnsynced(statement));
+    return this.mode === 'direct' ? Promise.resolve(run()) : this.connection.exclusive(this.afterReady(run));
   }
 }

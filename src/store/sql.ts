@@ -48,6 +48,13 @@ export interface Sql {
   /** Runs a statement; returns the number of rows it changed. */
   run(query: Query<unknown>): Promise<number>;
   /**
+   * Runs a statement whose commit need not outlive an OS crash of this machine (a caller says why). SQLite commits
+   * it without an fsync (`synchronous=NORMAL` for that statement alone, outside a transaction): a kill of the
+   * process keeps it, and the file's next synced commit makes it durable with its own. PostgreSQL commits it as
+   * any other statement: there the writer and the database are different hosts, and one can fail alone.
+   */
+  runUnsynced(query: Query<unknown>): Promise<number>;
+  /**
    * `work` in one transaction that holds the write lock it needs before it reads: SQLite's `BEGIN IMMEDIATE`
    * takes the file's only write lock, so two claimers serialise instead of both reading "free"; PostgreSQL locks
    * what the transaction reads with FOR UPDATE (see lockRows) or a named lock (see lock). Retried through an
