@@ -7,20 +7,10 @@ import {
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import {
-  ActivityFailure,
-  ApplicationFailure,
-  WorkflowExecutionAlreadyStartedError,
-} from '@temporalio/common';
+import { ApplicationFailure, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { WorkflowIdReusePolicy } from '@temporalio/common';
 import type { PipelineActivities } from '../activities';
-import type {
-  BatchEntry,
-  BatchFailure,
-  BatchProgress,
-  CheckedBatchInput,
-  HeldDocument,
-} from '../src/batch-contract';
+import type { BatchEntry, BatchFailure, BatchProgress, HeldDocument } from '../src/batch-contract';
 import {
   describeFailure,
   emptyTally,
@@ -31,6 +21,7 @@ import {
 import type { PipelineInput, PipelineResult } from '../src/contract';
 import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
 import type { StepName } from '../src/steps';
+import { asRunsOwnCheck } from './checks';
 import { batchProgressQuery, deliveryHeldSignal } from './queries';
 
 const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
@@ -66,7 +57,7 @@ const ROUNDS = 3;
  * ABANDONed when the batch closes: a document's run is its own checkpoint and outlives the batch that started it.
  */
 export async function batch(rawInput: unknown): Promise<BatchProgress> {
-  const input = await checkedBatchInput(rawInput);
+  const input = await asRunsOwnCheck(checkBatchInput(rawInput));
   const { manifestRef, total, options } = input;
   const carried = input.carried ?? { next: 0, tally: emptyTally(), failures: [], runs: 1 };
   const { tally, failures } = carried;
@@ -225,14 +216,4 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     });
   }
   return progress();
-}
-
-/** The input as the worker checked it; a bad input fails the batch with the check's own failure. */
-async function checkedBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
-  try {
-    return await checkBatchInput(rawInput);
-  } catch (err) {
-    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) throw err.cause;
-    throw err;
-  }
 }

@@ -11,13 +11,7 @@ import {
 } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
-import type {
-  CheckedPipelineInput,
-  PipelineResult,
-  PublishResult,
-  SummarizeResult,
-  TagResult,
-} from '../src/contract';
+import type { PipelineResult, PublishResult, SummarizeResult, TagResult } from '../src/contract';
 import {
   FailureType,
   heldKeyOf,
@@ -25,6 +19,7 @@ import {
   isCompletePipelineInput,
   refuseOtherSchemaVersions,
 } from '../src/steps';
+import { asRunsOwnCheck } from './checks';
 import { deliveryHeldSignal, deliverySettledSignal, progressQuery } from './queries';
 import type { PipelineProgress, StepName } from '../src/steps';
 
@@ -85,7 +80,9 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   refuseOtherSchemaVersions(rawInput);
   // A complete input (what our clients send) is taken as it is; anything else is checked, with defaults filled
   // in, by the worker.
-  const input = isCompletePipelineInput(rawInput) ? rawInput : await checkedInput(rawInput);
+  const input = isCompletePipelineInput(rawInput)
+    ? rawInput
+    : await asRunsOwnCheck(checkPipelineInput(rawInput));
   const { documentId, textRef, title, options } = input;
 
   const progress = initialProgress(documentId);
@@ -201,15 +198,5 @@ async function publishUntilSettled(
       await condition(() => woken, waitMs);
       progress.steps.publish = 'running';
     }
-  }
-}
-
-/** The input as the worker checked it; a bad input fails the run with the check's own failure, as before. */
-async function checkedInput(rawInput: unknown): Promise<CheckedPipelineInput> {
-  try {
-    return await checkPipelineInput(rawInput);
-  } catch (err) {
-    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure) throw err.cause;
-    throw err;
   }
 }
