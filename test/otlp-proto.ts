@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
-import { TOOLS_DIR } from '../src/temporal/binaries';
+import { pipInstall, TOOLS_DIR } from '../src/temporal/binaries';
 
 const run = promisify(execFile);
 
@@ -32,12 +32,7 @@ export async function ensureOtlpProto({
   const shown = path.relative(process.cwd(), venv) || venv;
   log(`Installing ${OTLP_PROTO_REQUIREMENT} (the OTLP test receiver's decoder) into ${shown} with pip...`);
   try {
-    if (!fs.existsSync(python)) await run('python3', ['-m', 'venv', venv], { timeout: 120_000 });
-    await run(
-      python,
-      ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', OTLP_PROTO_REQUIREMENT],
-      { timeout: 300_000 },
-    );
+    await pipInstall(OTLP_PROTO_REQUIREMENT, { toolsDir });
   } catch (err) {
     throw new Error(
       `could not install ${OTLP_PROTO_REQUIREMENT} into ${shown} (${err instanceof Error ? err.message : String(err)}); ` +

