@@ -199,14 +199,20 @@ async function until(ready: () => boolean, what: string, ms = 60_000): Promise<v
   }
 }
 
-/** One scenario's parts: a database, a slow model server, a receiver, a task queue and the worker settings. */
-async function scenario(receiverOptions: ReceiverOptions, { modelDelayMs = 1_500 } = {}) {
+/**
+ * One scenario's parts: a database, a slow model server, a receiver, a task queue and the worker settings.
+ * `modelDelayMs` is how long the model takes to answer, or a function of the request's number (from 1).
+ */
+async function scenario(
+  receiverOptions: ReceiverOptions,
+  { modelDelayMs = 1_500 as number | ((n: number) => number) } = {},
+) {
   const databaseUrl = await freshDatabase(defer);
-  const model = await startModelServer((request) => ({
+  const model = await startModelServer((request, n) => ({
     body: completion(
       request.step === 'tag' ? '{"tags": ["faults"]}' : `A summary for ${request.idempotencyKey}.`,
     ),
-    delayMs: modelDelayMs,
+    delayMs: typeof modelDelayMs === 'number' ? modelDelayMs : modelDelayMs(n),
   }));
   defer(() => model.close());
   const receiver = await testReceiver(receiverOptions);
@@ -268,7 +274,12 @@ describe('production failing around the worker', { concurrency: 3 }, () => {
     'the database: refused for seconds three times and every backend terminated, mid-call and mid-publish',
     { timeout: 240_000 },
     async () => {
-      const s = await scenario({ dedupes: true, echoes: true, lookup: false }, { modelDelayMs: 2_500 });
+      // Calls that take longer the later they come (1.5 s, 2.5 s, ... 10.5 s for ten): a worker that starts all ten
+      // at once still has some open for each of the three refusals, and answers land during each of them.
+      const s = await scenario(
+        { dedupes: true, echoes: true, lookup: false },
+        { modelDelayMs: (n) => 500 + 1_000 * Math.min(n, 10) },
+      );
       const target = new URL(s.databaseUrl);
       const link = await tcpLink(defer, `${target.hostname}:${target.port || '5432'}`);
       const linked = new URL(s.databaseUrl);
