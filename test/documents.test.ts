@@ -13,6 +13,8 @@ import vm from 'node:vm';
 import { Client } from '@temporalio/client';
 import { collectDocuments, decodeDocument, documentIdOf, titleOf, versionOf } from '../src/documents/files';
 import { blobRefOf, FileBlobStore } from '../src/documents/blobs';
+import type { BlobStore } from '../src/documents/blobs';
+import { blobTextSource } from '../src/documents/text-source';
 import { ConfigError, loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
 import { BatchInputSchema, ManifestPageSchema } from '../src/batch-contract';
@@ -649,5 +651,51 @@ describe('titleOf', () => {
     // 200 texts of 210 KB: ~40 MiB if each title held on to its text, well under 1 MiB for the titles alone.
     assert.ok(grownMiB < 5, `the heap grew ${grownMiB.toFixed(1)} MiB for 200 titles`);
     assert.equal(titles[199], 'The heading of document 199');
+  });
+});
+
+describe('blobTextSource', () => {
+  /** A file blob store that counts its reads. */
+  function countingStore(): { store: BlobStore; gets: string[] } {
+    const files = new FileBlobStore(scratchDir(defer, 'texts-test-'));
+    const gets: string[] = [];
+    const store: BlobStore = Object.assign(Object.create(files) as BlobStore, {
+      get: (ref: string) => {
+        gets.push(ref);
+        return files.get(ref);
+      },
+    });
+    return { store, gets };
+  }
+
+  it('reads a text once for two reads at once and for a read after them (a reference names its content)', async () => {
+    const { store, gets } = countingStore();
+    const ref = await store.put(Buffer.from('# One\n\nThe same text for both model steps.\n'));
+    const texts = blobTextSource(store, LIMIT);
+    const [a, b] = await Promise.all([texts.read(ref), texts.read(ref)]);
+    assert.equal(a, '# One\n\nThe same text for both model steps.\n');
+    assert.equal(b, a);
+    assert.equal(await texts.read(ref), a);
+    assert.deepEqual(gets, [ref]);
+  });
+
+  it('keeps no failure: a text missing at one read and stored before the next is found', async () => {
+    const { store, gets } = countingStore();
+    const bytes = Buffer.from('Stored late.\n');
+    const ref = blobRefOf(bytes);
+    const texts = blobTextSource(store, LIMIT);
+    await assert.rejects(texts.read(ref), /is not in .*submit the document again/);
+    await store.put(bytes);
+    assert.equal(await texts.read(ref), 'Stored late.\n');
+    assert.deepEqual(gets, [ref, ref]);
+  });
+
+  it('keeps the latest texts up to its limit, the least recently read going first', async () => {
+    const { store, gets } = countingStore();
+    const [a, b, c] = await Promise.all(['aaaa\n', 'bbbb\n', 'cccc\n'].map((t) => store.put(Buffer.from(t))));
+    const texts = blobTextSource(store, LIMIT, 10); // two texts of five characters
+    for (const ref of [a, b, a, c, a, b]) await texts.read(ref ?? '');
+    // a, b read; a kept (read again); c pushes out b, the least recently read; a kept; b read again.
+    assert.deepEqual(gets, [a, b, c, b]);
   });
 });
