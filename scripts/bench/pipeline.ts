@@ -2,11 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
-import { batch, documentPipeline } from '../../workflows';
+import { batch } from '../../workflows';
 import { BATCH_SCHEMA_VERSION } from '../../src/batch-contract';
 import type { BatchEntry } from '../../src/batch-contract';
 import { loadConfig } from '../../src/config';
-import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
+import { workflowIdFor } from '../../src/contract';
 import { createDependencies } from '../../src/dependencies';
 import { prebuiltBundle } from '../../src/temporal/bundle';
 import { createPipelineWorker } from '../../src/temporal/worker';
@@ -15,6 +15,8 @@ import { bundleFromSource } from './bundle';
 import { PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
 import { round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
+import { busyCeiling, executeDocument, pairedOwnCost } from './paired';
+import type { PairedOwnCost } from './paired';
 import { startServer } from './server';
 import { runEmptySteps } from './temporal-alone';
 import { coldStart, killToResume } from './workers';
@@ -25,6 +27,8 @@ export interface PipelineRun {
   serverPeakMiB: number | undefined;
   coldStart?: { fromSourceMs: number; fromBundleMs: number };
   killToResumeMs?: number;
+  /** The own cost from pairs of runs, pipeline and busy yardstick, one document at a time (scripts/bench/paired.ts). */
+  paired?: PairedOwnCost;
   /** The workflow bundle the worker loaded. */
   bundleKiB: number;
   /** One document at a time (eager start): the activities' phases, and each run's history split, beside the yardstick's. */
@@ -73,8 +77,12 @@ export async function pipelineRuns(
         rows.push(await runBatch(client, parts.stores.blobs, taskQueue, docs, workMs, options, concurrency));
       }
       if (options.eager) {
+        // The texts are stored first: storing one is the client's submission, not a step, and the yardstick has
+        // none.
+        const textRefs = new Map<Doc, string>();
+        for (const doc of docs) textRefs.set(doc, await parts.stores.blobs.put(Buffer.from(doc.text)));
         phases.reset();
-        const eager = await runEager(client, parts.stores.blobs, taskQueue, docs, workMs, options.label, 1);
+        const eager = await runEager(client, textRefs, taskQueue, docs, workMs, options.label, 1);
         rows.push(eager.row);
         eagerHistories = eager.histories;
         phaseSummary = phases.summary(docs.length, STEPS_PER_DOCUMENT);
@@ -82,10 +90,10 @@ export async function pipelineRuns(
         // batch workflow's own work (its child starts, progress and manifest), which the batch rows carry.
         const most = Math.max(...options.concurrencies);
         if (most > 1) {
-          rows.push(
-            (await runEager(client, parts.stores.blobs, taskQueue, docs, workMs, options.label, most)).row,
-          );
+          rows.push((await runEager(client, textRefs, taskQueue, docs, workMs, options.label, most)).row);
         }
+        result.paired = await pairedOwnCost(server, client, taskQueue, textRefs, docs, options.label);
+        rows.push(result.paired.pipeline, result.paired.yardstick);
       }
     });
     if (options.eager && phaseSummary !== undefined) {
@@ -95,6 +103,10 @@ export async function pipelineRuns(
         rows.push(empty.row);
         if (concurrency === 1) yardstick = empty;
       }
+      if (result.paired !== undefined && Math.max(...options.concurrencies) > 1)
+        rows.push(
+          await busyCeiling(server, client, result.paired.modelMs, Math.max(...options.concurrencies)),
+        );
       const yardstickHistories = yardstick?.histories ?? [];
       result.breakdown = {
         phases: phaseSummary,
@@ -186,12 +198,11 @@ async function runBatch(
 
 /**
  * Documents started eagerly by a client on the worker's connection, `concurrency` at once, each timed from start to
- * result, as the yardstick's are (scripts/bench/temporal-alone.ts). The texts are stored first: storing one is the
- * client's submission, not a step, and the yardstick has none.
+ * result, as the yardstick's are (scripts/bench/temporal-alone.ts).
  */
 async function runEager(
   client: Client,
-  blobs: { put(bytes: Uint8Array): Promise<string> },
+  textRefs: ReadonlyMap<Doc, string>,
   taskQueue: string,
   docs: readonly Doc[],
   workMs: Map<string, number>,
@@ -199,9 +210,6 @@ async function runEager(
   concurrency: number,
 ): Promise<{ row: Row; histories: temporal.api.history.v1.IHistory[] }> {
   const documentId = (doc: Doc) => `bench-${label}-eager-c${concurrency}:${doc.name}`;
-  const textRefs = new Map<Doc, string>();
-  for (const doc of docs) textRefs.set(doc, await blobs.put(Buffer.from(doc.text)));
-  const options = PipelineOptionsSchema.parse({});
   const perDoc: number[] = [];
   const overhead: number[] = [];
   let next = 0;
@@ -209,23 +217,13 @@ async function runEager(
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       for (let doc = docs[next++]; doc !== undefined; doc = docs[next++]) {
-        const t = performance.now();
-        await client.workflow.execute(documentPipeline, {
+        const duration = await executeDocument(
+          client,
           taskQueue,
-          workflowId: workflowIdFor(documentId(doc)),
-          requestEagerStart: true,
-          // Complete, as our clients send it: the workflow takes it as it is.
-          args: [
-            {
-              schemaVersion: INPUT_SCHEMA_VERSION,
-              documentId: documentId(doc),
-              textRef: textRefs.get(doc) ?? '',
-              title: doc.name,
-              options,
-            },
-          ],
-        });
-        const duration = performance.now() - t;
+          documentId(doc),
+          textRefs.get(doc) ?? '',
+          doc.name,
+        );
         perDoc.push(duration);
         overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
       }

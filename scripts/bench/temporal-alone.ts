@@ -1,11 +1,38 @@
 import { Worker } from '@temporalio/worker';
 import type { Client } from '@temporalio/client';
-import { emptySteps } from './workflows';
+import { busySteps, emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
 import { STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Row } from './rows';
 import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
+
+/** The yardsticks' activities: nothing, or the worker's thread held for `ms` (as the offline model holds it). */
+const activities = {
+  nothing: async (): Promise<void> => {},
+  busy: async (ms: number): Promise<void> => {
+    const end = performance.now() + ms;
+    while (performance.now() < end) {
+      // Spinning: the model's work is CPU on this thread, and a workflow task that arrives meanwhile waits for it.
+    }
+  },
+};
+
+/** A worker for the yardsticks, with the SDK's defaults for everything else, as the pipeline's worker has. */
+export async function yardstickWorker(
+  server: Server,
+  taskQueue: string,
+): Promise<{ worker: Worker; code: string }> {
+  const code = await bundleFromSource(require.resolve('./workflows'));
+  const worker = await Worker.create({
+    connection: server.env.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: { code },
+    activities,
+  });
+  return { worker, code };
+}
 
 /**
  * Temporal alone: `count` workflows of the pipeline's shape whose activities do nothing, `concurrency` at once,
@@ -19,15 +46,7 @@ export async function runEmptySteps(
   concurrency: number,
 ): Promise<{ row: Row; histories: temporal.api.history.v1.IHistory[]; code: string }> {
   const taskQueue = `bench-empty-steps-c${concurrency}`;
-  const code = await bundleFromSource(require.resolve('./workflows'));
-  const worker = await Worker.create({
-    connection: server.env.nativeConnection,
-    namespace: 'default',
-    taskQueue,
-    workflowBundle: { code },
-    // The SDK's defaults for everything else, as the pipeline's worker (createPipelineWorker).
-    activities: { nothing: async () => {} },
-  });
+  const { worker, code } = await yardstickWorker(server, taskQueue);
   const perDoc: number[] = [];
   let next = 0;
   const started = performance.now();
@@ -55,4 +74,21 @@ export async function runEmptySteps(
     ),
   );
   return { row: timedRow(name, concurrency, perDoc, perStep, seconds), histories, code };
+}
+
+/** Runs one document's shape in the busy yardstick: summarize and tag hold the thread as long as the model did. */
+export async function runBusySteps(
+  client: Client,
+  taskQueue: string,
+  workflowId: string,
+  modelMs: { summarize: number; tag: number },
+): Promise<number> {
+  const t = performance.now();
+  await client.workflow.execute(busySteps, {
+    taskQueue,
+    workflowId,
+    requestEagerStart: true,
+    args: [modelMs.summarize, modelMs.tag],
+  });
+  return performance.now() - t;
 }

@@ -1,0 +1,167 @@
+/**
+ * The project's own cost per step, measured in pairs. Each document of the corpus, one at a time, is timed three
+ * ways back to back: the model's work on it in this process (summarize, then tag), the pipeline (started eagerly),
+ * and the busy yardstick, whose summarize and tag hold the worker's thread as long as the model just took and do
+ * nothing else (scripts/bench/workflows.ts). The two runs go in turn first, so a drift of the machine between them
+ * falls on both sides alike, and the document's own cost is their difference over its three steps: what the
+ * project's code costs on top of Temporal running the same shape, with the same gaps between the steps.
+ *
+ * The no-op yardstick (activities that return at once) is the other reading, kept in the table: its summarize and
+ * tag end together, so its run has one workflow task fewer than a run whose steps take time, and that task's cost
+ * (Temporal's, for the shape) counts as the project's there.
+ */
+import type { Client } from '@temporalio/client';
+import { documentPipeline } from '../../workflows';
+import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
+import { call, model } from './loops';
+import { percentile, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
+import type { Doc, Row } from './rows';
+import type { Server } from './server';
+import { runBusySteps, yardstickWorker } from './temporal-alone';
+
+const OPTIONS = PipelineOptionsSchema.parse({});
+
+/** Runs one document through the pipeline, started eagerly with a complete input, as our clients send it. */
+export async function executeDocument(
+  client: Client,
+  taskQueue: string,
+  documentId: string,
+  textRef: string,
+  title: string,
+): Promise<number> {
+  const t = performance.now();
+  await client.workflow.execute(documentPipeline, {
+    taskQueue,
+    workflowId: workflowIdFor(documentId),
+    requestEagerStart: true,
+    args: [{ schemaVersion: INPUT_SCHEMA_VERSION, documentId, textRef, title, options: OPTIONS }],
+  });
+  return performance.now() - t;
+}
+
+/** The model's time on one document, in this process: what the busy yardstick's steps hold the thread for. */
+async function modelTimes(doc: Doc): Promise<{ summarize: number; tag: number }> {
+  let t = performance.now();
+  await model.summarize(doc.text, OPTIONS.maxSummarySentences, call(`${doc.name}:summarize`));
+  const summarize = performance.now() - t;
+  t = performance.now();
+  await model.tag(doc.text, OPTIONS.maxTags, call(`${doc.name}:tag`));
+  return { summarize, tag: performance.now() - t };
+}
+
+export interface PairedOwnCost {
+  pipeline: Row;
+  yardstick: Row;
+  /** Per document: (pipeline - busy yardstick) / 3, p50 and p95. */
+  ownCostMsPerStepP50: number;
+  ownCostMsPerStepP95: number;
+  /** Each document's model times, as the busy yardstick's steps held the thread for them. */
+  modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>;
+}
+
+/** The pairs, over `docs`, on a pipeline worker already polling `taskQueue` (and a yardstick worker of its own). */
+export async function pairedOwnCost(
+  server: Server,
+  client: Client,
+  taskQueue: string,
+  textRefs: ReadonlyMap<Doc, string>,
+  docs: readonly Doc[],
+  label: string,
+): Promise<PairedOwnCost> {
+  const yardstickQueue = `bench-busy-steps-${label}`;
+  const { worker } = await yardstickWorker(server, yardstickQueue);
+  const pipelineMs: number[] = [];
+  const yardstickMs: number[] = [];
+  const pipelineOverhead: number[] = [];
+  const yardstickOverhead: number[] = [];
+  const own: number[] = [];
+  const modelMs = new Map<Doc, { summarize: number; tag: number }>();
+  await worker.runUntil(async () => {
+    for (const [i, doc] of docs.entries()) {
+      const times = await modelTimes(doc);
+      modelMs.set(doc, times);
+      const work = times.summarize + times.tag;
+      const pipeline = () =>
+        executeDocument(
+          client,
+          taskQueue,
+          `bench-${label}-paired:${doc.name}`,
+          textRefs.get(doc) ?? '',
+          doc.name,
+        );
+      const yardstick = () => runBusySteps(client, yardstickQueue, `bench-busy-steps-${label}-${i}`, times);
+      let p: number;
+      let y: number;
+      if (i % 2 === 0) {
+        p = await pipeline();
+        y = await yardstick();
+      } else {
+        y = await yardstick();
+        p = await pipeline();
+      }
+      pipelineMs.push(p);
+      yardstickMs.push(y);
+      pipelineOverhead.push((p - work) / STEPS_PER_DOCUMENT);
+      yardstickOverhead.push((y - work) / STEPS_PER_DOCUMENT);
+      own.push((p - y) / STEPS_PER_DOCUMENT);
+    }
+  });
+  const seconds = (times: number[]) => times.reduce((a, b) => a + b, 0) / 1000;
+  return {
+    pipeline: timedRow(
+      'pipeline, one document at a time, eager start, paired with the busy yardstick',
+      1,
+      pipelineMs,
+      pipelineOverhead,
+      seconds(pipelineMs),
+    ),
+    yardstick: timedRow(
+      "Temporal alone: the same three steps, summarize and tag busy for the model's time, paired",
+      1,
+      yardstickMs,
+      yardstickOverhead,
+      seconds(yardstickMs),
+    ),
+    ownCostMsPerStepP50: round(percentile(own, 50), 2),
+    ownCostMsPerStepP95: round(percentile(own, 95), 2),
+    modelMs,
+  };
+}
+
+/**
+ * The busy yardstick, `concurrency` documents at once: Temporal running the pipeline's shape with the model's CPU
+ * time on the worker's thread and nothing of the project's, the ceiling measured where the modelled one is computed.
+ */
+export async function busyCeiling(
+  server: Server,
+  client: Client,
+  modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>,
+  concurrency: number,
+): Promise<Row> {
+  const taskQueue = `bench-busy-steps-c${concurrency}`;
+  const { worker } = await yardstickWorker(server, taskQueue);
+  const times = [...modelMs.values()];
+  const perDoc: number[] = [];
+  const overhead: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await worker.runUntil(() =>
+    Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < times.length; i = next++) {
+          const doc = times[i] ?? { summarize: 0, tag: 0 };
+          const ms = await runBusySteps(client, taskQueue, `${taskQueue}-${i}`, doc);
+          perDoc.push(ms);
+          overhead.push((ms - doc.summarize - doc.tag) / STEPS_PER_DOCUMENT);
+        }
+      }),
+    ),
+  );
+  return timedRow(
+    "Temporal alone: the same three steps, summarize and tag busy for the model's time",
+    concurrency,
+    perDoc,
+    overhead,
+    (performance.now() - started) / 1000,
+  );
+}
