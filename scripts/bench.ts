@@ -121,12 +121,14 @@ async function run(): Promise<void> {
       // with steps as long as the model's, one at a time, in pairs (scripts/bench/paired.ts); p50 over documents.
       ownCostMsPerStepP50: ownCost,
       ownCostMsPerStepP95: tuned.paired?.ownCostMsPerStepP95,
+      ownCostMsPerStepP50ByPass: tuned.paired?.ownCostMsPerStepP50ByPass,
       // The same, read as the eager row's per-step overhead less the no-op yardstick's, each from its own run: it
       // also counts the workflow task that the pipeline's steps ending apart cost Temporal.
       ownCostMsPerStepP50AgainstNoOpYardstick: ownCostNoOp,
       // Where it goes, one document at a time: see docs/speed.md.
       ownCostBreakdown: {
         ...tuned.breakdown,
+        cpuMsPerDocByBucket: tuned.cpuMsPerDoc,
         microCosts: micro,
       },
       // Against the checkpoint table's own cost per step (synchronous=FULL, as durable as the pipeline).
@@ -167,7 +169,8 @@ async function run(): Promise<void> {
     );
     console.log(
       `Own cost per step p50 (each document, pipeline less the busy yardstick, in pairs): ${ownCost ?? '?'} ms ` +
-        `(p95 ${tuned.paired?.ownCostMsPerStepP95 ?? '?'}; the eager row less the no-op yardstick: ` +
+        `(p95 ${tuned.paired?.ownCostMsPerStepP95 ?? '?'}; by pass ${tuned.paired?.ownCostMsPerStepP50ByPass.join(', ') ?? '?'}; ` +
+        `the eager row less the no-op yardstick: ` +
         `${ownCostNoOp ?? '?'} ms). Throughput ` +
         `ceiling ${ceiling} docs/s (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a ` +
         `document): the best row reaches ${Math.round((100 * best) / ceiling)}% of it.`,

@@ -55,6 +55,8 @@ export interface PairedOwnCost {
   /** Per document: (pipeline - busy yardstick) / 3, p50 and p95. */
   ownCostMsPerStepP50: number;
   ownCostMsPerStepP95: number;
+  /** The p50 of each pass over the corpus alone: how much one reading moves within a run. */
+  ownCostMsPerStepP50ByPass: number[];
   /** Each document's model times, as the busy yardstick's steps held the thread for them. */
   modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>;
 }
@@ -67,6 +69,7 @@ export async function pairedOwnCost(
   textRefs: ReadonlyMap<Doc, string>,
   docs: readonly Doc[],
   label: string,
+  passes: number,
 ): Promise<PairedOwnCost> {
   const yardstickQueue = `bench-busy-steps-${label}`;
   const { worker } = await yardstickWorker(server, yardstickQueue);
@@ -76,34 +79,41 @@ export async function pairedOwnCost(
   const yardstickOverhead: number[] = [];
   const own: number[] = [];
   const modelMs = new Map<Doc, { summarize: number; tag: number }>();
+  const byPass: number[] = [];
   await worker.runUntil(async () => {
-    for (const [i, doc] of docs.entries()) {
-      const times = await modelTimes(doc);
-      modelMs.set(doc, times);
-      const work = times.summarize + times.tag;
-      const pipeline = () =>
-        executeDocument(
-          client,
-          taskQueue,
-          `bench-${label}-paired:${doc.name}`,
-          textRefs.get(doc) ?? '',
-          doc.name,
-        );
-      const yardstick = () => runBusySteps(client, yardstickQueue, `bench-busy-steps-${label}-${i}`, times);
-      let p: number;
-      let y: number;
-      if (i % 2 === 0) {
-        p = await pipeline();
-        y = await yardstick();
-      } else {
-        y = await yardstick();
-        p = await pipeline();
+    for (let pass = 0; pass < passes; pass++) {
+      const ownThisPass: number[] = [];
+      for (const [n, doc] of docs.entries()) {
+        const i = pass * docs.length + n;
+        const times = await modelTimes(doc);
+        modelMs.set(doc, times);
+        const work = times.summarize + times.tag;
+        const pipeline = () =>
+          executeDocument(
+            client,
+            taskQueue,
+            `bench-${label}-paired-${pass}:${doc.name}`,
+            textRefs.get(doc) ?? '',
+            doc.name,
+          );
+        const yardstick = () => runBusySteps(client, yardstickQueue, `bench-busy-steps-${label}-${i}`, times);
+        let p: number;
+        let y: number;
+        if (i % 2 === 0) {
+          p = await pipeline();
+          y = await yardstick();
+        } else {
+          y = await yardstick();
+          p = await pipeline();
+        }
+        pipelineMs.push(p);
+        yardstickMs.push(y);
+        pipelineOverhead.push((p - work) / STEPS_PER_DOCUMENT);
+        yardstickOverhead.push((y - work) / STEPS_PER_DOCUMENT);
+        own.push((p - y) / STEPS_PER_DOCUMENT);
+        ownThisPass.push((p - y) / STEPS_PER_DOCUMENT);
       }
-      pipelineMs.push(p);
-      yardstickMs.push(y);
-      pipelineOverhead.push((p - work) / STEPS_PER_DOCUMENT);
-      yardstickOverhead.push((y - work) / STEPS_PER_DOCUMENT);
-      own.push((p - y) / STEPS_PER_DOCUMENT);
+      byPass.push(round(percentile(ownThisPass, 50), 2));
     }
   });
   const seconds = (times: number[]) => times.reduce((a, b) => a + b, 0) / 1000;
@@ -124,6 +134,7 @@ export async function pairedOwnCost(
     ),
     ownCostMsPerStepP50: round(percentile(own, 50), 2),
     ownCostMsPerStepP95: round(percentile(own, 95), 2),
+    ownCostMsPerStepP50ByPass: byPass,
     modelMs,
   };
 }

@@ -17,6 +17,7 @@ import { round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import { busyCeiling, executeDocument, pairedOwnCost } from './paired';
 import type { PairedOwnCost } from './paired';
+import { profiled } from './profile';
 import { startServer } from './server';
 import { runEmptySteps } from './temporal-alone';
 import { coldStart, killToResume } from './workers';
@@ -29,6 +30,8 @@ export interface PipelineRun {
   killToResumeMs?: number;
   /** The own cost from pairs of runs, pipeline and busy yardstick, one document at a time (scripts/bench/paired.ts). */
   paired?: PairedOwnCost;
+  /** The worker process's CPU a document, one at a time, by bucket (scripts/bench/profile.ts). */
+  cpuMsPerDoc?: Record<string, Record<string, number>>;
   /** The workflow bundle the worker loaded. */
   bundleKiB: number;
   /** One document at a time (eager start): the activities' phases, and each run's history split, beside the yardstick's. */
@@ -92,8 +95,31 @@ export async function pipelineRuns(
         if (most > 1) {
           rows.push((await runEager(client, textRefs, taskQueue, docs, workMs, options.label, most)).row);
         }
-        result.paired = await pairedOwnCost(server, client, taskQueue, textRefs, docs, options.label);
+        // Three passes in a full run: the p50 of ~330 pairs, and each pass's own beside it.
+        result.paired = await pairedOwnCost(
+          server,
+          client,
+          taskQueue,
+          textRefs,
+          docs,
+          options.label,
+          options.extras ? 3 : 1,
+        );
         rows.push(result.paired.pipeline, result.paired.yardstick);
+        // Once more under the CPU profiler (apart, so that its sampling slows no row of the table).
+        // Once more under the CPU profiler, one at a time and as many at once as the largest row (apart, so that
+        // its sampling slows no row of the table): what a document costs the worker's thread, and where the
+        // thread's time goes when it is the bottleneck.
+        const perDoc = (ms: Record<string, number>) =>
+          Object.fromEntries(Object.entries(ms).map(([bucket, v]) => [bucket, round(v / docs.length, 2)]));
+        result.cpuMsPerDoc = {};
+        for (const concurrency of new Set([1, most])) {
+          const label = `${options.label}-profiled-c${concurrency}`;
+          const { msByBucket } = await profiled(() =>
+            runEager(client, textRefs, taskQueue, docs, workMs, label, concurrency),
+          );
+          result.cpuMsPerDoc[`${concurrency} at once`] = perDoc(msByBucket);
+        }
       }
     });
     if (options.eager && phaseSummary !== undefined) {
