@@ -89,7 +89,10 @@ export class SqlAnswerMemo implements AnswerMemo {
 
   async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
     // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
-    const changed = await this.db.run(
+    // Durable before this returns, its sync aside from the worker's thread (see runSyncedAside): another attempt
+    // that reads the answer in the moment between commit and sync completes its step with it, and the step's
+    // history keeps it; an OS crash in that moment loses only the memo's copy, which a resubmission would pay for.
+    const changed = await this.db.runSyncedAside(
       sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
         updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,
     );

@@ -69,6 +69,10 @@ class PostgresSql implements Sql {
     return this.run(query);
   }
 
+  runSyncedAside(query: Query<unknown>): Promise<number> {
+    return this.run(query);
+  }
+
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
     if (this.client !== undefined) throw new Error('a PostgreSQL transaction cannot start inside another');
     return this.db.transaction((client) => work(new PostgresSql(this.db, client)));

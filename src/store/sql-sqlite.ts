@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery, sql } from 'kysely';
@@ -62,6 +63,8 @@ class Connection {
   private readonly statements = new Map<string, BetterSqlite3.Statement>();
   private turn: Promise<void> = Promise.resolve();
   private handles = 0;
+  private walMode: boolean | undefined;
+  private log: Promise<fs.promises.FileHandle> | undefined;
 
   private constructor(readonly file: string) {
     this.db = openDatabase(file);
@@ -109,6 +112,29 @@ class Connection {
     }
   }
 
+  /** Whether the file keeps a write-ahead log (lib/sqlite.ts asks for one; some filesystems refuse it). */
+  get inWalMode(): boolean {
+    this.walMode ??= String(this.db.pragma('journal_mode', { simple: true })).toLowerCase() === 'wal';
+    return this.walMode;
+  }
+
+  /**
+   * fsyncs the write-ahead log from one of libuv's threads: every frame written to it so far (the last commit's and
+   * any unsynced ones before it) is on disk when this resolves, as synchronous=FULL would have it, while the event
+   * loop runs. The log keeps its file while a connection is open, so one descriptor serves until release.
+   */
+  async syncLog(): Promise<void> {
+    const opening = (this.log ??= fs.promises.open(`${this.db.name}-wal`, 'r'));
+    let log: fs.promises.FileHandle;
+    try {
+      log = await opening;
+    } catch (err) {
+      if (this.log === opening) this.log = undefined;
+      throw err;
+    }
+    await log.datasync();
+  }
+
   /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK (or the sync level), prepared once like every statement. */
   control(statement: keyof typeof CONTROL): void {
     this.exec(CONTROL[statement]);
@@ -133,6 +159,9 @@ class Connection {
     this.handles -= 1;
     if (this.handles > 0) return;
     Connection.open.delete(path.resolve(this.file));
+    const log = this.log;
+    this.log = undefined;
+    await log?.then((handle) => handle.close()).catch(() => undefined);
     this.db.close();
   }
 }
@@ -171,6 +200,14 @@ class SqliteSql implements Sql {
 
   async runUnsynced(query: Query<unknown>): Promise<number> {
     return (await this.exec(query, { synced: false })).changes;
+  }
+
+  async runSyncedAside(query: Query<unknown>): Promise<number> {
+    if (this.mode === 'direct' || !this.connection.inWalMode) return this.run(query);
+    const { changes } = await this.exec(query, { synced: false });
+    // After its turn: the next statement need not wait for the disk, and this one's frames are in the log already.
+    await this.connection.syncLog();
+    return changes;
   }
 
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {

@@ -55,6 +55,13 @@ export interface Sql {
    */
   runUnsynced(query: Query<unknown>): Promise<number>;
   /**
+   * Runs a statement as `run` does, durable when the promise resolves, without holding up this thread while the
+   * disk syncs. SQLite commits it unsynced and then fsyncs the file's write-ahead log from one of libuv's threads
+   * (in a transaction, it commits with it); PostgreSQL runs it as `run`. Between the commit and the sync, another
+   * process on the file may already read the row (a caller says what that can cost).
+   */
+  runSyncedAside(query: Query<unknown>): Promise<number>;
+  /**
    * `work` in one transaction that holds the write lock it needs before it reads: SQLite's `BEGIN IMMEDIATE`
    * takes the file's only write lock, so two claimers serialise instead of both reading "free"; PostgreSQL locks
    * what the transaction reads with FOR UPDATE (see lockRows) or a named lock (see lock). Retried through an
