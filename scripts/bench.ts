@@ -20,6 +20,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
+import * as prettier from 'prettier';
 import { runMain } from '../src/lib/run-main';
 import { call, checkpointLoop, model, plainLoop } from './bench/loops';
 import { microCosts } from './bench/breakdown';
@@ -186,7 +187,13 @@ async function run(): Promise<void> {
         `SIGKILL of a worker mid-step to the step running on another worker: ${tuned.killToResumeMs} ms.`,
       );
     }
-    fs.writeFileSync(path.join(ROOT, 'bench-results.json'), `${JSON.stringify(results, null, 2)}\n`);
+    // In the repository's own format (npm run lint checks it): prettier lays short arrays on one line.
+    const resultsFile = path.join(ROOT, 'bench-results.json');
+    const json = await prettier.format(JSON.stringify(results, null, 2), {
+      ...(await prettier.resolveConfig(resultsFile)),
+      filepath: resultsFile,
+    });
+    fs.writeFileSync(resultsFile, json);
     fs.writeFileSync(path.join(ROOT, 'bench-results.svg'), chart(rows, ceiling));
     console.log('Wrote bench-results.json and bench-results.svg.');
   } finally {
