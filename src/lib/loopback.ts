@@ -14,8 +14,35 @@ export async function listenOnLoopback(server: http.Server, what = 'server', por
   return `http://127.0.0.1:${address.port}`;
 }
 
+/**
+ * Where freeLoopbackPort looks: below the ports the kernel hands out for outgoing connections (Linux's default
+ * range starts at 32768, the others' higher), so no client's connection takes the port between the probe and the
+ * server's bind (seen: a test's dev server refused to start on "address already in use" for a port the kernel had
+ * just given it as free).
+ */
+export const FREE_PORT_RANGE = { from: 20_000, to: 32_768 } as const;
+/** Ports this process handed out lately: two callers at once get two ports. */
+const handedOut: number[] = [];
+
 /** A loopback port free a moment ago: for a server another process is about to start on it. */
 export async function freeLoopbackPort(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port =
+      FREE_PORT_RANGE.from + Math.floor(Math.random() * (FREE_PORT_RANGE.to - FREE_PORT_RANGE.from));
+    if (handedOut.includes(port)) continue;
+    // Reserved before the probe: a caller probing at the same time picks another.
+    handedOut.push(port);
+    if (handedOut.length > 256) handedOut.shift();
+    const probe = http.createServer();
+    try {
+      await listenOnLoopback(probe, 'port probe', port);
+    } catch {
+      continue; // taken by another process
+    }
+    await closeServer(probe);
+    return port;
+  }
+  // The range is crowded: any port the kernel gives.
   const probe = http.createServer();
   const origin = await listenOnLoopback(probe, 'port probe');
   await closeServer(probe);
