@@ -13,7 +13,7 @@ import { createPipelineWorker } from '../../src/temporal/worker';
 import { peakMiB } from '../memory';
 import { bundleFromSource } from './bundle';
 import { PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
-import { round, STEPS_PER_DOCUMENT, timedRow } from './rows';
+import { atOnce, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import { busyCeiling, executeDocument, pairedOwnCost } from './paired';
 import type { PairedOwnCost } from './paired';
@@ -238,24 +238,19 @@ async function runEager(
   const documentId = (doc: Doc) => `bench-${label}-eager-c${concurrency}:${doc.name}`;
   const perDoc: number[] = [];
   const overhead: number[] = [];
-  let next = 0;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      for (let doc = docs[next++]; doc !== undefined; doc = docs[next++]) {
-        const duration = await executeDocument(
-          client,
-          taskQueue,
-          documentId(doc),
-          textRefs.get(doc) ?? '',
-          doc.name,
-        );
-        perDoc.push(duration);
-        overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
-      }
-    }),
-  );
-  const seconds = (performance.now() - started) / 1000;
+  const seconds = await atOnce(docs.length, concurrency, async (i) => {
+    const doc = docs[i];
+    if (doc === undefined) return;
+    const duration = await executeDocument(
+      client,
+      taskQueue,
+      documentId(doc),
+      textRefs.get(doc) ?? '',
+      doc.name,
+    );
+    perDoc.push(duration);
+    overhead.push((duration - (workMs.get(doc.name) ?? 0)) / STEPS_PER_DOCUMENT);
+  });
   const histories =
     concurrency === 1
       ? await Promise.all(

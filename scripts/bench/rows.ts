@@ -64,3 +64,19 @@ export function timedRow(
     perStepOverheadMsP95: round(percentile(overhead, 95)),
   };
 }
+
+/** Runs `work(i)` for each i below `count`, `concurrency` at a time, in order; returns the seconds it all took. */
+export async function atOnce(
+  count: number,
+  concurrency: number,
+  work: (i: number) => Promise<void>,
+): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (let i = next++; i < count; i = next++) await work(i);
+    }),
+  );
+  return (performance.now() - started) / 1000;
+}

@@ -2,7 +2,7 @@ import { Worker } from '@temporalio/worker';
 import type { Client } from '@temporalio/client';
 import { busySteps, emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
-import { STEPS_PER_DOCUMENT, timedRow } from './rows';
+import { atOnce, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Row } from './rows';
 import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
@@ -48,24 +48,17 @@ export async function runEmptySteps(
   const taskQueue = `bench-empty-steps-c${concurrency}`;
   const { worker, code } = await yardstickWorker(server, taskQueue);
   const perDoc: number[] = [];
-  let next = 0;
-  const started = performance.now();
-  await worker.runUntil(() =>
-    Promise.all(
-      Array.from({ length: concurrency }, async () => {
-        for (let i = next++; i < count; i = next++) {
-          const t = performance.now();
-          await client.workflow.execute(emptySteps, {
-            taskQueue,
-            workflowId: `bench-empty-steps-c${concurrency}-${i}`,
-            requestEagerStart: true,
-          });
-          perDoc.push(performance.now() - t);
-        }
-      }),
-    ),
+  const seconds = await worker.runUntil(() =>
+    atOnce(count, concurrency, async (i) => {
+      const t = performance.now();
+      await client.workflow.execute(emptySteps, {
+        taskQueue,
+        workflowId: `bench-empty-steps-c${concurrency}-${i}`,
+        requestEagerStart: true,
+      });
+      perDoc.push(performance.now() - t);
+    }),
   );
-  const seconds = (performance.now() - started) / 1000;
   const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
   const name = 'Temporal alone: the same three steps doing nothing, eager start';
   const histories = await Promise.all(
