@@ -89,11 +89,13 @@ export async function pipelineRuns(
         rows.push(eager.row);
         eagerHistories = eager.histories;
         phaseSummary = phases.summary(docs.length, STEPS_PER_DOCUMENT);
-        // At the yardstick's largest concurrency too: the throughput to hold against its ceiling, without the
-        // batch workflow's own work (its child starts, progress and manifest), which the batch rows carry.
+        // At the batch rows' concurrencies too, from 16 up: the throughput to hold against the ceiling, without the
+        // batch workflow's own work (its child starts, progress and manifest), at whichever suits the pipeline best.
         const most = Math.max(...options.concurrencies);
-        if (most > 1) {
-          rows.push((await runEager(client, textRefs, taskQueue, docs, workMs, options.label, most)).row);
+        for (const concurrency of options.concurrencies.filter((c) => c >= 16 || (c === most && c > 1))) {
+          rows.push(
+            (await runEager(client, textRefs, taskQueue, docs, workMs, options.label, concurrency)).row,
+          );
         }
         // Three passes in a full run: the p50 of ~330 pairs, and each pass's own beside it.
         result.paired = await pairedOwnCost(
