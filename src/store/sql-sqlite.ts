@@ -66,8 +66,12 @@ class Connection {
   private walMode: boolean | undefined;
   private log: Promise<fs.promises.FileHandle> | undefined;
 
+  /** The write-ahead log's path, fixed at open: the process may change its folder later. */
+  private readonly walFile: string;
+
   private constructor(readonly file: string) {
     this.db = openDatabase(file);
+    this.walFile = `${path.resolve(file)}-wal`;
   }
 
   /** The connection to `file`, opened if this process has none, counted as one more handle. */
@@ -124,7 +128,7 @@ class Connection {
    * loop runs. The log keeps its file while a connection is open, so one descriptor serves until release.
    */
   async syncLog(): Promise<void> {
-    const opening = (this.log ??= fs.promises.open(`${this.db.name}-wal`, 'r'));
+    const opening = (this.log ??= fs.promises.open(this.walFile, 'r'));
     let log: fs.promises.FileHandle;
     try {
       log = await opening;
