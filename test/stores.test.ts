@@ -106,8 +106,12 @@ const postgres: Backend = {
 
 const MODEL: ModelInfo = { provider: 'offline', model: 'offline-test' };
 const LEASE_MS = 60_000;
-/** A lease short enough to wait out. */
-const SHORT_LEASE_MS = 200;
+/**
+ * A lease short enough to wait out, and long enough that the statements a test makes inside it (a second claim, a
+ * renewal halfway) still land inside it on a busy machine: at 200 ms, a stall of the event loop under Node 24's
+ * parallel test files let one lapse between two claims made back to back.
+ */
+const SHORT_LEASE_MS = 1_500;
 /** A sweep cutoff after everything the test stored: all of it counts as old. */
 const everythingOld = (): Date => new Date(Date.now() + 1_000);
 /** A sweep cutoff before anything the test stored: none of it counts as old. */
