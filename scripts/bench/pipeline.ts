@@ -51,6 +51,7 @@ export async function pipelineRuns(
 ): Promise<PipelineRun> {
   const server = await startServer(root, options.label, options.tuned);
   const rows: Row[] = [];
+  const most = Math.max(...options.concurrencies);
   const result: PipelineRun = { rows, serverPeakMiB: undefined, bundleKiB: 0 };
   try {
     const config = loadConfig({ DATA_DIR: path.join(server.dir, 'data'), TEMPORAL_ADDRESS: server.address });
@@ -91,7 +92,6 @@ export async function pipelineRuns(
         phaseSummary = phases.summary(docs.length, STEPS_PER_DOCUMENT);
         // At the batch rows' concurrencies too, from 16 up: the throughput to hold against the ceiling, without the
         // batch workflow's own work (its child starts, progress and manifest), at whichever suits the pipeline best.
-        const most = Math.max(...options.concurrencies);
         for (const concurrency of options.concurrencies.filter((c) => c >= 16 || (c === most && c > 1))) {
           rows.push(
             (await runEager(client, textRefs, taskQueue, docs, workMs, options.label, concurrency)).row,
@@ -108,7 +108,6 @@ export async function pipelineRuns(
           options.extras ? 3 : 1,
         );
         rows.push(result.paired.pipeline, result.paired.yardstick);
-        // Once more under the CPU profiler (apart, so that its sampling slows no row of the table).
         // Once more under the CPU profiler, one at a time and as many at once as the largest row (apart, so that
         // its sampling slows no row of the table): what a document costs the worker's thread, and where the
         // thread's time goes when it is the bottleneck.
@@ -126,15 +125,13 @@ export async function pipelineRuns(
     });
     if (options.eager && phaseSummary !== undefined) {
       let yardstick: { histories: temporal.api.history.v1.IHistory[]; code: string } | undefined;
-      for (const concurrency of new Set([1, Math.max(...options.concurrencies)])) {
+      for (const concurrency of new Set([1, most])) {
         const empty = await runEmptySteps(server, client, docs.length, concurrency);
         rows.push(empty.row);
         if (concurrency === 1) yardstick = empty;
       }
-      if (result.paired !== undefined && Math.max(...options.concurrencies) > 1)
-        rows.push(
-          await busyCeiling(server, client, result.paired.modelMs, Math.max(...options.concurrencies)),
-        );
+      if (result.paired !== undefined && most > 1)
+        rows.push(await busyCeiling(server, client, result.paired.modelMs, most));
       const yardstickHistories = yardstick?.histories ?? [];
       result.breakdown = {
         phases: phaseSummary,
