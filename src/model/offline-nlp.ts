@@ -58,11 +58,23 @@ function lemmaOf(token: LemmaOut, its: WinkMethods['its']): string | undefined {
   return token.out(its.lemma);
 }
 
-let memo: { text: string; sentences: Sentence[] } | undefined;
+/**
+ * The last few texts' analyses, newest last: summary and tags of a document share one, and with many documents
+ * in flight a document's two requests need not come one right after the other.
+ */
+const recentAnalyses: Array<{ text: string; sentences: Sentence[] }> = [];
+const ANALYSES_KEPT = 4;
 
-/** Cleans the Markdown and splits it into analysed sentences; the last result is kept, as summary and tags share it. */
+/** Cleans the Markdown and splits it into analysed sentences; the last few results are kept (see `recentAnalyses`). */
 function analyse(markdown: string): Sentence[] {
-  if (memo !== undefined && memo.text === markdown) return memo.sentences;
+  const kept = recentAnalyses.findIndex((entry) => entry.text === markdown);
+  if (kept !== -1) {
+    const [entry] = recentAnalyses.splice(kept, 1);
+    if (entry !== undefined) {
+      recentAnalyses.push(entry);
+      return entry.sentences;
+    }
+  }
   const winkNlp = nlp();
   const { its } = winkNlp;
   const sentences: Sentence[] = [];
@@ -128,7 +140,8 @@ function analyse(markdown: string): Sentence[] {
     if (block.kind === 'prose') lead = false;
   }
   relemmatiseSentenceInitial(sentenceInitial, winkNlp);
-  memo = { text: markdown, sentences };
+  recentAnalyses.push({ text: markdown, sentences });
+  if (recentAnalyses.length > ANALYSES_KEPT) recentAnalyses.shift();
   return sentences;
 }
 
