@@ -1,4 +1,5 @@
 import { Worker } from '@temporalio/worker';
+import { RequestThread } from '../../src/lib/thread';
 import type { Client } from '@temporalio/client';
 import { busySteps, emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
@@ -7,14 +8,20 @@ import type { Row } from './rows';
 import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
 
-/** The yardsticks' activities: nothing, or the worker's thread held for `ms` (as the offline model holds it). */
+/** The thread the busy yardstick's steps hold, one step at a time, as the offline model's steps hold its own. */
+const spinner = new RequestThread<{ ms: number }, number>(
+  "the busy yardstick's thread",
+  require.resolve('./spin-thread'),
+);
+
+/**
+ * The yardsticks' activities: nothing, or a thread held for `ms` (the offline model's time on that step), the
+ * worker's event loop free meanwhile, as the offline model's own thread leaves it.
+ */
 const activities = {
   nothing: async (): Promise<void> => {},
   busy: async (ms: number): Promise<void> => {
-    const end = performance.now() + ms;
-    while (performance.now() < end) {
-      // Spinning: the model's work is CPU on this thread, and a workflow task that arrives meanwhile waits for it.
-    }
+    await spinner.call({ ms });
   },
 };
 
