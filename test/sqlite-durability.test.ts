@@ -1,7 +1,10 @@
 /**
- * What a SQLite memo syncs to disk, read off the system calls (strace): a claim and a renewal commit without an
- * fsync, since a lost claim costs nothing an OS crash does not already cost (src/model/memo-store.ts says why);
- * a paid answer is fsynced before complete() returns, so the step reports success only once it is on disk.
+ * What the SQLite stores sync to disk, and from which thread, read off the system calls (strace). A memo claim and
+ * a renewal commit without an fsync, since a lost claim costs nothing an OS crash does not already cost
+ * (src/model/memo-store.ts says why). A paid answer and a publication are fsynced before their call returns, from
+ * one of libuv's threads rather than the main one, so a step reports success only once its result is on disk and
+ * the worker's other steps go on meanwhile. A row found that another attempt committed (an answer a twin's claim
+ * finds, a receipt a lookup answers) is synced before it is acted on.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -14,27 +17,36 @@ import { cleanupAfterAll, scratchDir } from './scratch';
 const run = promisify(execFile);
 const defer = cleanupAfterAll();
 
-/** The fsync and fdatasync calls between the fixture's phase markers, per phase. */
-function syncsByPhase(trace: string): Record<string, number> {
-  const counts: Record<string, number> = {};
+/** Per phase of the fixture, its fsync and fdatasync calls, and how many of them the main thread made. */
+function syncsByPhase(trace: string): Record<string, { syncs: number; onMainThread: number }> {
+  const phases: Record<string, { syncs: number; onMainThread: number }> = {};
   let phase = 'setup';
+  let mainThread: string | undefined;
   for (const line of trace.split('\n')) {
+    // strace -f starts each line with the thread's id; the markers come from the main thread.
+    const thread = /^(\d+)\s/.exec(line)?.[1];
     const marker = /phase-(\w+)/.exec(line);
     if (marker?.[1] !== undefined) {
       phase = marker[1];
+      mainThread = thread;
       continue;
     }
-    if (/\b(fsync|fdatasync)\(/.test(line)) counts[phase] = (counts[phase] ?? 0) + 1;
+    if (!/\b(fsync|fdatasync)\(/.test(line)) continue;
+    const counts = (phases[phase] ??= { syncs: 0, onMainThread: 0 });
+    counts.syncs += 1;
+    if (thread === mainThread) counts.onMainThread += 1;
   }
-  return counts;
+  return phases;
 }
 
-describe('SQLite memo durability, read off the system calls', () => {
+const numbered = (name: string): string[] => Array.from({ length: 10 }, (_, i) => `${name}${i}`);
+
+describe('SQLite durability, read off the system calls', () => {
   it(
-    'claims and renewals commit unsynced; every answer is fsynced before its complete() returns',
+    'claims commit unsynced; answers and publications sync off the main thread before their call returns',
     { timeout: 120_000 },
     async () => {
-      const dir = scratchDir(defer, 'memo-fsyncs-');
+      const dir = scratchDir(defer, 'sqlite-fsyncs-');
       const traceFile = path.join(dir, 'trace.txt');
       await run(
         'strace',
@@ -47,7 +59,7 @@ describe('SQLite memo durability, read off the system calls', () => {
           process.execPath,
           '--import',
           'tsx',
-          require.resolve('./fixtures/memo-fsyncs'),
+          require.resolve('./fixtures/sqlite-fsyncs'),
           dir,
         ],
         { timeout: 90_000 },
@@ -59,17 +71,17 @@ describe('SQLite memo durability, read off the system calls', () => {
             : `the fixture under strace failed: ${message}`,
         );
       });
-      const counts = syncsByPhase(fs.readFileSync(traceFile, 'utf8'));
-      assert.equal(counts.claims ?? 0, 0, `claims fsynced: ${JSON.stringify(counts)}`);
-      assert.equal(counts.renewals ?? 0, 0, `renewals fsynced: ${JSON.stringify(counts)}`);
-      // One sync of the log per answer at least (it carries the unsynced claims before it too), each before its
-      // complete() returned: the next answer's marker comes after it.
-      const unsynced = Array.from({ length: 10 }, (_, i) => `answer${i}`).filter((p) => (counts[p] ?? 0) < 1);
-      assert.deepEqual(
-        unsynced,
-        [],
-        `answers whose complete() returned before a sync: ${JSON.stringify(counts)}`,
-      );
+      const phases = syncsByPhase(fs.readFileSync(traceFile, 'utf8'));
+      const seen = JSON.stringify(phases);
+      assert.equal(phases.claims?.syncs ?? 0, 0, `claims fsynced: ${seen}`);
+      assert.equal(phases.renewals?.syncs ?? 0, 0, `renewals fsynced: ${seen}`);
+      // One sync of the log in each (an answer's carries the unsynced claims before it too), each before its call
+      // returned: the next phase's marker comes after it.
+      const durable = [...numbered('answer'), 'answeredclaim', ...numbered('publish'), 'republish', 'lookup'];
+      const unsynced = durable.filter((phase) => (phases[phase]?.syncs ?? 0) < 1);
+      assert.deepEqual(unsynced, [], `calls that returned before a sync: ${seen}`);
+      const onMainThread = durable.filter((phase) => (phases[phase]?.onMainThread ?? 0) > 0);
+      assert.deepEqual(onMainThread, [], `calls that synced on the main thread: ${seen}`);
     },
   );
 });

@@ -35,6 +35,9 @@ export class SqlAnswerMemo implements AnswerMemo {
       );
       if (created === 1) return { kind: 'owned', providerFailures: 0, rejected: [] };
       const claim = await this.db.transaction((tx) => this.claimExisting(tx, request, owner, leaseMs));
+      // A twin's answer may have been committed the moment before, its sync still under way (see complete): the
+      // step reports success with it only once it is on disk.
+      if (claim !== 'gone' && claim.kind === 'answered') await this.db.syncCommitted();
       // Swept between the INSERT and the read: claim it as new.
       if (claim !== 'gone') return claim;
     }
@@ -89,9 +92,8 @@ export class SqlAnswerMemo implements AnswerMemo {
 
   async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
     // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
-    // Durable before this returns, its sync aside from the worker's thread (see runSyncedAside): another attempt
-    // that reads the answer in the moment between commit and sync completes its step with it, and the step's
-    // history keeps it; an OS crash in that moment loses only the memo's copy, which a resubmission would pay for.
+    // Durable before this returns, its sync aside from the worker's thread (see runSyncedAside); a twin's answer
+    // found instead was synced by that sync too, as it was committed before this statement ran.
     const changed = await this.db.runSyncedAside(
       sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
         updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,

@@ -66,41 +66,50 @@ export class SqlPublicationStore implements PublicationStore {
 
   async publish(publication: Publication, idempotencyKey: string): Promise<Receipt> {
     const { documentId } = publication;
-    return this.db.transaction(async (tx) => {
-      // One document's deliveries take turns until commit, so a race on a key or on the next revision number
-      // resolves as it would one after the other (SQLite's write lock already serialises every transaction).
-      await tx.lock(documentId);
-      const seen = await tx.first(
-        sql<{ document_id: string; revision: number }>`SELECT document_id, revision FROM ${REVISIONS}
+    // Durable before the receipt is given, the disk synced aside from this thread (see Sql.transaction). Every
+    // delivery writes its row, so a twin that finds this key's revision commits after it, and its own sync carries
+    // the revision it read to disk before its receipt is given too.
+    return this.db.transaction(
+      async (tx) => {
+        // One document's deliveries take turns until commit, so a race on a key or on the next revision number
+        // resolves as it would one after the other (SQLite's write lock already serialises every transaction).
+        await tx.lock(documentId);
+        const seen = await tx.first(
+          sql<{ document_id: string; revision: number }>`SELECT document_id, revision FROM ${REVISIONS}
           WHERE idempotency_key = ${idempotencyKey}`,
-      );
-      const latest = await tx.first(
-        sql<{ revision: number; scheduled_at: number | null }>`SELECT revision, scheduled_at FROM publications
-          WHERE document_id = ${documentId}`,
-      );
-      const decision = decidePublication(publication, seen, latest);
-      const { receipt } = decision;
-      const now = tx.now('text');
-      if (decision.outcome === 'created') {
-        await tx.run(
-          sql`INSERT INTO ${REVISIONS} (document_id, revision, idempotency_key, payload, published_at)
-            VALUES (${documentId}, ${receipt.revision}, ${idempotencyKey}, ${JSON.stringify(publication)}, ${now})`,
         );
-        await tx.run(
-          sql`INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
+        const latest = await tx.first(
+          sql<{
+            revision: number;
+            scheduled_at: number | null;
+          }>`SELECT revision, scheduled_at FROM publications
+          WHERE document_id = ${documentId}`,
+        );
+        const decision = decidePublication(publication, seen, latest);
+        const { receipt } = decision;
+        const now = tx.now('text');
+        if (decision.outcome === 'created') {
+          await tx.run(
+            sql`INSERT INTO ${REVISIONS} (document_id, revision, idempotency_key, payload, published_at)
+            VALUES (${documentId}, ${receipt.revision}, ${idempotencyKey}, ${JSON.stringify(publication)}, ${now})`,
+          );
+          await tx.run(
+            sql`INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
             VALUES (${documentId}, ${receipt.revision}, ${publication.title}, ${publication.summary},
               ${JSON.stringify(publication.tags)}, ${now}, ${publication.scheduledAt ?? null})
             ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
               summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
               scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
-        );
-      }
-      await tx.run(
-        sql`INSERT INTO ${DELIVERIES} (idempotency_key, document_id, outcome, received_at)
+          );
+        }
+        await tx.run(
+          sql`INSERT INTO ${DELIVERIES} (idempotency_key, document_id, outcome, received_at)
           VALUES (${idempotencyKey}, ${receipt.documentId}, ${decision.outcome}, ${now})`,
-      );
-      return receipt;
-    });
+        );
+        return receipt;
+      },
+      { syncAside: true },
+    );
   }
 
   async countPublications(): Promise<number> {
@@ -146,7 +155,11 @@ export class SqlPublicationStore implements PublicationStore {
         .select(['document_id', 'revision'])
         .where('idempotency_key', '=', idempotencyKey),
     );
-    return row === undefined ? undefined : { documentId: row.document_id, revision: row.revision };
+    if (row === undefined) return undefined;
+    // A sender acts on this answer as on a receipt: the revision may have been committed the moment before, its
+    // sync still under way (see publish).
+    await this.db.syncCommitted();
+    return { documentId: row.document_id, revision: row.revision };
   }
 
   async deliveries(): Promise<DeliveryRow[]> {

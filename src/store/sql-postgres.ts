@@ -73,9 +73,14 @@ class PostgresSql implements Sql {
     return this.run(query);
   }
 
+  /** A commit is durable when it returns (synchronous_commit), so `syncAside` changes nothing here. */
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
     if (this.client !== undefined) throw new Error('a PostgreSQL transaction cannot start inside another');
     return this.db.transaction((client) => work(new PostgresSql(this.db, client)));
+  }
+
+  async syncCommitted(): Promise<void> {
+    return;
   }
 
   async lock(key: number | string): Promise<void> {

@@ -207,28 +207,44 @@ class SqliteSql implements Sql {
   }
 
   async runSyncedAside(query: Query<unknown>): Promise<number> {
-    if (this.mode === 'direct' || !this.connection.inWalMode) return this.run(query);
+    if (!this.syncsAside) return this.run(query);
     const { changes } = await this.exec(query, { synced: false });
     // After its turn: the next statement need not wait for the disk, and this one's frames are in the log already.
     await this.connection.syncLog();
     return changes;
   }
 
-  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
+  async transaction<T>(work: (tx: Sql) => Promise<T>, { syncAside = false } = {}): Promise<T> {
     const { db } = this.connection;
+    const aside = syncAside && this.syncsAside;
     const transaction = async (): Promise<T> => {
       if (db.inTransaction) throw new Error('a SQLite transaction cannot start inside another');
-      this.connection.control('BEGIN IMMEDIATE');
+      // The sync level can change only outside a transaction; it holds for the COMMIT.
+      if (aside) this.connection.control('UNSYNCED');
       try {
-        const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
-        this.connection.control('COMMIT');
-        return result;
-      } catch (err) {
-        if (db.inTransaction) this.connection.control('ROLLBACK');
-        throw err;
+        this.connection.control('BEGIN IMMEDIATE');
+        try {
+          const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
+          this.connection.control('COMMIT');
+          return result;
+        } catch (err) {
+          if (db.inTransaction) this.connection.control('ROLLBACK');
+          throw err;
+        }
+      } finally {
+        if (aside) this.connection.control('SYNCED');
       }
     };
-    return this.mode === 'direct' ? transaction() : this.connection.exclusive(this.afterReady(transaction));
+    if (this.mode === 'direct') return transaction();
+    const result = await this.connection.exclusive(this.afterReady(transaction));
+    // As runSyncedAside: the turn is over, the commit's frames are in the log.
+    if (aside) await this.connection.syncLog();
+    return result;
+  }
+
+  async syncCommitted(): Promise<void> {
+    // Out of WAL mode every commit was synced before it was shown.
+    if (this.connection.inWalMode) await this.connection.syncLog();
   }
 
   async lock(): Promise<void> {
@@ -267,6 +283,11 @@ class SqliteSql implements Sql {
     if (this.mode === 'direct' || this.closed) return;
     this.closed = true;
     await this.connection.release();
+  }
+
+  /** A queued handle on a file with a write-ahead log can sync a commit after its turn; a direct one commits in it. */
+  private get syncsAside(): boolean {
+    return this.mode === 'queued' && this.connection.inWalMode;
   }
 
   private afterReady<T>(work: () => T | Promise<T>): () => Promise<T> {

@@ -65,9 +65,17 @@ export interface Sql {
    * `work` in one transaction that holds the write lock it needs before it reads: SQLite's `BEGIN IMMEDIATE`
    * takes the file's only write lock, so two claimers serialise instead of both reading "free"; PostgreSQL locks
    * what the transaction reads with FOR UPDATE (see lockRows) or a named lock (see lock). Retried through an
-   * outage on PostgreSQL, the whole transaction again.
+   * outage on PostgreSQL, the whole transaction again. With `syncAside`, durable when the promise resolves as
+   * runSyncedAside's statement is: other work on the file goes on while the disk syncs.
    */
-  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T>;
+  transaction<T>(work: (tx: Sql) => Promise<T>, options?: { syncAside?: boolean }): Promise<T>;
+  /**
+   * Resolves once every commit this handle could read so far is on disk. SQLite: an fsync of the write-ahead log,
+   * which carries the commits that runUnsynced and runSyncedAside made, by this process or another, so a row read
+   * before it is durable after it; call it before acting on a row that some other writer may have committed the
+   * moment before. PostgreSQL: nothing to do, a commit is flushed before any other session sees it.
+   */
+  syncCommitted(): Promise<void>;
   /**
    * Inside a transaction, waits for and holds a lock on `key` until it ends, so transactions on one key take
    * turns. PostgreSQL: an advisory transaction lock (a number is used as is, a string hashed). SQLite: nothing
