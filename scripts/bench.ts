@@ -10,8 +10,8 @@
  *   worker's SIGKILL to its step running again on another worker;
  * - the project's own cost per step (the eager row less the yardstick, Temporal alone), and where it goes: the
  *   activities' timed phases, workflow-task and activity time from the histories, the codec and a span alone;
- * - the modelled throughput ceiling (Temporal alone's best, plus the model's CPU a document over the cores) and
- *   how near the pipeline's best comes to it.
+ * - the throughput ceiling, the higher of the modelled one (Temporal alone's best, plus the model's CPU a document
+ *   over the cores) and the measured one (the busy yardstick's best), and how near the pipeline's best comes to it.
  *
  * Prints a markdown table, writes bench-results.json and bench-results.svg. A benchmark, not a test: it asserts
  * nothing and takes a few minutes. `--quick` runs 20 documents and skips the slow rows.
@@ -96,12 +96,17 @@ async function run(): Promise<void> {
         .filter((r) => r.path.startsWith('Temporal alone: the same three steps doing nothing'))
         .map((r) => r.docsPerSecond),
     );
-    // The same ceiling measured: the busy yardstick (the model's CPU time on the worker's thread, nothing of the
-    // project's) at the largest concurrency.
-    const busyBest = rows.find((r) => r.path.includes('busy') && r.concurrency > 1)?.docsPerSecond;
-    // Temporal alone's best rate, with the model's CPU a document spread over every core on top: what the pipeline
-    // could reach if its own code cost nothing.
-    const ceiling = round(1 / (1 / aloneBest + plain.msPerDoc / 1000 / os.cpus().length));
+    // The ceiling measured: the busy yardstick (the model's CPU time on a thread, nothing of the project's) at its
+    // best concurrency.
+    const busyRates = rows
+      .filter((r) => r.path.includes('busy') && r.concurrency > 1)
+      .map((r) => r.docsPerSecond);
+    const busyBest = busyRates.length > 0 ? Math.max(...busyRates) : undefined;
+    // The ceiling modelled: Temporal alone's best rate, with the model's CPU a document spread over every core on
+    // top. It takes Temporal alone to use both cores to the full; where it leaves some idle, the busy yardstick
+    // gets more, so the ceiling held against is the higher of the two.
+    const modelled = round(1 / (1 / aloneBest + plain.msPerDoc / 1000 / os.cpus().length));
+    const ceiling = Math.max(modelled, busyBest ?? 0);
     const sample = await model.summarize(docs[0]?.text ?? 'Sample.', 3, call('sample'));
     const micro = await microCosts({ summary: sample.value, usage: sample.usage, model: model.info });
     console.log('');
@@ -142,10 +147,14 @@ async function run(): Promise<void> {
       // The ceiling: the most documents a second Temporal alone gets through here.
       docsPerSecondBestTemporalAlone: Math.max(...temporalAlone.map((r) => r.docsPerSecond)),
       docsPerSecondBest: best,
-      // 1 / (1 / docsPerSecondBestTemporalAlone + model work a document / cores), the model's work from the plain
-      // loop (its mean time a document; one thread).
+      // The higher of the two below: what the pipeline is held against.
       throughputCeilingDocsPerSecond: ceiling,
       throughputCeilingFraction: round(best / ceiling, 2),
+      // 1 / (1 / docsPerSecondBestTemporalAlone + model work a document / cores), the model's work from the plain
+      // loop (its mean time a document; one thread).
+      throughputCeilingModelledDocsPerSecond: modelled,
+      throughputCeilingModelledFraction: round(best / modelled, 2),
+      // The busy yardstick's best rate.
       throughputCeilingMeasuredDocsPerSecond: busyBest,
       throughputCeilingMeasuredFraction: busyBest !== undefined ? round(best / busyBest, 2) : undefined,
       modelMsPerDoc: round(plain.msPerDoc, 2),
@@ -172,9 +181,10 @@ async function run(): Promise<void> {
       `Own cost per step p50 (each document, pipeline less the busy yardstick, in pairs): ${ownCost ?? '?'} ms ` +
         `(p95 ${tuned.paired?.ownCostMsPerStepP95 ?? '?'}; by pass ${tuned.paired?.ownCostMsPerStepP50ByPass.join(', ') ?? '?'}; ` +
         `the eager row less the no-op yardstick: ` +
-        `${ownCostNoOp ?? '?'} ms). Throughput ` +
-        `ceiling ${ceiling} docs/s (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a ` +
-        `document): the best row reaches ${Math.round((100 * best) / ceiling)}% of it.`,
+        `${ownCostNoOp ?? '?'} ms). Throughput ceiling ${ceiling} docs/s, the higher of the modelled ` +
+        `${modelled} (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a document) and the ` +
+        `measured ${busyBest ?? '?'} (the busy yardstick's best): the best row reaches ` +
+        `${Math.round((100 * best) / ceiling)}% of it.`,
     );
     console.log(`Breakdown: ${JSON.stringify(results.ownCostBreakdown, null, 1)}`);
     if (tuned.coldStart !== undefined) {

@@ -21,8 +21,8 @@ export function table(rows: readonly Row[], checkpointMs: number): string {
 }
 
 /**
- * Two bar charts, one above the other: documents per second against the modelled `ceiling` (a dashed line and a bar
- * of its own), and per-step overhead where measured. The yardstick's rows (Temporal alone) are grey, the pipeline's
+ * Two bar charts, one above the other: documents per second against the `ceiling` (a dashed line and a bar of its
+ * own: the higher of the modelled and the measured one, see bench.ts), and per-step overhead where measured. The yardstick's rows (Temporal alone) are grey, the pipeline's
  * blue, so each pipeline bar reads against the floor and the ceiling beside it.
  */
 export function chart(rows: readonly Row[], ceiling?: number): string {
@@ -77,7 +77,7 @@ export function chart(rows: readonly Row[], ceiling?: number): string {
     'docs/s',
     ceiling === undefined
       ? undefined
-      : { label: 'modelled ceiling (Temporal alone + model CPU)', value: ceiling },
+      : { label: 'ceiling (Temporal alone + the model, nothing of ours)', value: ceiling },
   );
   section('Per-step overhead, p50 (lower is better)', next, (r) => r.perStepOverheadMsP50, 'ms');
   parts.push('</svg>');

@@ -141,7 +141,8 @@ export async function pairedOwnCost(
 
 /**
  * The busy yardstick, `concurrency` documents at once: Temporal running the pipeline's shape with the model's CPU
- * time on the worker's thread and nothing of the project's, the ceiling measured where the modelled one is computed.
+ * time on a thread of its own, as the offline model's, and nothing of the project's: the ceiling measured, beside
+ * the modelled one.
  */
 export async function busyCeiling(
   server: Server,

@@ -52,6 +52,8 @@ export async function pipelineRuns(
   const server = await startServer(root, options.label, options.tuned);
   const rows: Row[] = [];
   const most = Math.max(...options.concurrencies);
+  // The eager rows above one at a time (the batch rows' concurrencies from 16 up), where the yardsticks run too.
+  const eagerConcurrencies = options.concurrencies.filter((c) => c >= 16 || (c === most && c > 1));
   const result: PipelineRun = { rows, serverPeakMiB: undefined, bundleKiB: 0 };
   try {
     const config = loadConfig({ DATA_DIR: path.join(server.dir, 'data'), TEMPORAL_ADDRESS: server.address });
@@ -92,7 +94,7 @@ export async function pipelineRuns(
         phaseSummary = phases.summary(docs.length, STEPS_PER_DOCUMENT);
         // At the batch rows' concurrencies too, from 16 up: the throughput to hold against the ceiling, without the
         // batch workflow's own work (its child starts, progress and manifest), at whichever suits the pipeline best.
-        for (const concurrency of options.concurrencies.filter((c) => c >= 16 || (c === most && c > 1))) {
+        for (const concurrency of eagerConcurrencies) {
           rows.push(
             (await runEager(client, textRefs, taskQueue, docs, workMs, options.label, concurrency)).row,
           );
@@ -125,13 +127,16 @@ export async function pipelineRuns(
     });
     if (options.eager && phaseSummary !== undefined) {
       let yardstick: { histories: temporal.api.history.v1.IHistory[]; code: string } | undefined;
-      for (const concurrency of new Set([1, most])) {
+      // At every concurrency the eager rows ran at: the ceiling is the yardsticks' best, wherever it lies.
+      for (const concurrency of new Set([1, ...eagerConcurrencies])) {
         const empty = await runEmptySteps(server, client, docs.length, concurrency);
         rows.push(empty.row);
         if (concurrency === 1) yardstick = empty;
       }
-      if (result.paired !== undefined && most > 1)
-        rows.push(await busyCeiling(server, client, result.paired.modelMs, most));
+      for (const concurrency of eagerConcurrencies) {
+        if (result.paired !== undefined)
+          rows.push(await busyCeiling(server, client, result.paired.modelMs, concurrency));
+      }
       const yardstickHistories = yardstick?.histories ?? [];
       result.breakdown = {
         phases: phaseSummary,

@@ -1,8 +1,9 @@
 /**
- * The worker process's CPU over the paired runs, from the inspector's sampling profiler, in a few buckets: where
- * the project's own code stands beside the SDK's, the model's and the yardstick's. Self time, attributed by the
- * file each sampled function is in (a native call such as better-sqlite3's statement, fsync included, counts for
- * the JavaScript that made it).
+ * The worker's main thread (its event loop, where the SDK, the stores and the activities run) over a pass of the
+ * pipeline, from the inspector's sampling profiler, in a few buckets: where the project's own code stands beside
+ * the SDK's. Self time, attributed by the file each sampled function is in (a native call such as better-sqlite3's
+ * statement counts for the JavaScript that made it). The offline model's scoring is on a thread of its own and not
+ * in it; what is left of the model here is its text handling on this thread (markdown titles).
  */
 import { Session } from 'node:inspector/promises';
 import { round } from './rows';
@@ -14,9 +15,7 @@ function bucketOf(url: string, functionName: string): string {
   if (functionName === '(program)' || functionName === '(root)') return 'V8 and native, unattributed';
   if (/node_modules\/(wink-|marked)|src\/model\/(offline-nlp|markdown)\.ts/.test(url))
     return 'model (offline)';
-  if (/scripts\/bench\/temporal-alone\.ts/.test(url)) return 'yardstick spin';
-  if (/src\/store\/|node_modules\/(better-sqlite3|kysely)\//.test(url))
-    return 'stores (SQLite, fsyncs included)';
+  if (/src\/store\/|node_modules\/(better-sqlite3|kysely)\//.test(url)) return 'stores (SQLite)';
   if (/node_modules\/zod\//.test(url)) return 'validation (zod)';
   if (/node_modules\/(pino|@opentelemetry)/.test(url)) return 'logging and telemetry';
   if (/node_modules\/(@temporalio|protobufjs|long|rxjs|@grpc)|^node:/.test(url))
