@@ -9,3 +9,19 @@ export function peakMiB(pid: number): number | undefined {
     return undefined;
   }
 }
+
+/**
+ * CPU time a live process has used so far, user and system, in ms (from /proc, counted in Linux's USER_HZ, 100
+ * a second); undefined once it is gone.
+ */
+export function cpuMs(pid: number): number | undefined {
+  try {
+    // The fields after the command name, which is in parentheses and may hold spaces: utime and stime are the
+    // 12th and 13th of them.
+    const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return Number.isFinite(ticks) ? (ticks * 1000) / 100 : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -149,19 +149,25 @@ export async function busyCeiling(
   client: Client,
   modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>,
   concurrency: number,
+  /** Sets this run's workflow IDs apart from another's at the same concurrency. */
+  suffix = '',
+  /** Runs the documents' span (the worker started, not yet stopped): the CPU profiler, say. */
+  around: (work: () => Promise<number>) => Promise<number> = (work) => work(),
 ): Promise<Row> {
-  const taskQueue = `bench-busy-steps-c${concurrency}`;
+  const taskQueue = `bench-busy-steps-c${concurrency}${suffix}`;
   const { worker } = await yardstickWorker(server, taskQueue);
   const times = [...modelMs.values()];
   const perDoc: number[] = [];
   const overhead: number[] = [];
   const seconds = await worker.runUntil(() =>
-    atOnce(times.length, concurrency, async (i) => {
-      const doc = times[i] ?? { summarize: 0, tag: 0 };
-      const ms = await runBusySteps(client, taskQueue, `${taskQueue}-${i}`, doc);
-      perDoc.push(ms);
-      overhead.push((ms - doc.summarize - doc.tag) / STEPS_PER_DOCUMENT);
-    }),
+    around(() =>
+      atOnce(times.length, concurrency, async (i) => {
+        const doc = times[i] ?? { summarize: 0, tag: 0 };
+        const ms = await runBusySteps(client, taskQueue, `${taskQueue}-${i}`, doc);
+        perDoc.push(ms);
+        overhead.push((ms - doc.summarize - doc.tag) / STEPS_PER_DOCUMENT);
+      }),
+    ),
   );
   return timedRow(
     "Temporal alone: the same three steps, summarize and tag busy for the model's time",

@@ -18,6 +18,8 @@ import type { Doc, Row } from './rows';
 import { busyCeiling, executeDocument, pairedOwnCost } from './paired';
 import type { PairedOwnCost } from './paired';
 import { profiled } from './profile';
+import { throughputRounds } from './rounds';
+import { plainLoop } from './loops';
 import { startServer } from './server';
 import { runEmptySteps } from './temporal-alone';
 import { coldStart, killToResume } from './workers';
@@ -30,6 +32,8 @@ export interface PipelineRun {
   killToResumeMs?: number;
   /** The own cost from pairs of runs, pipeline and busy yardstick, one document at a time (scripts/bench/paired.ts). */
   paired?: PairedOwnCost;
+  /** The throughput fraction, in rounds (scripts/bench/rounds.ts). */
+  throughput?: Awaited<ReturnType<typeof throughputRounds>>;
   /** The worker process's CPU a document, one at a time, by bucket (scripts/bench/profile.ts). */
   cpuMsPerDoc?: Record<string, Record<string, number>>;
   /** The workflow bundle the worker loaded. */
@@ -110,9 +114,28 @@ export async function pipelineRuns(
           options.extras ? 3 : 1,
         );
         rows.push(result.paired.pipeline, result.paired.yardstick);
+        // The throughput fraction in rounds: the pipeline's best and the ceiling's parts back to back each round.
+        const { modelMs } = result.paired;
+        result.throughput = await throughputRounds(
+          {
+            pipeline: async (c, r) =>
+              (await runEager(client, textRefs, taskQueue, docs, workMs, `${options.label}-round${r}`, c)).row
+                .docsPerSecond,
+            noOpYardstick: async (c, r) =>
+              (await runEmptySteps(server, client, docs.length, c, `-round${r}`)).row.docsPerSecond,
+            busyYardstick: async (c, r) =>
+              (await busyCeiling(server, client, modelMs, c, `-round${r}`)).docsPerSecond,
+            modelMsPerDoc: async () =>
+              (await plainLoop(docs, fs.mkdtempSync(path.join(server.dir, 'plain-')))).msPerDoc,
+          },
+          eagerConcurrencies,
+          options.extras ? 3 : 1,
+          docs.length,
+          server.pid,
+        );
         // Once more under the CPU profiler, one at a time and as many at once as the largest row (apart, so that
-        // its sampling slows no row of the table): what a document costs the worker's thread, and where the
-        // thread's time goes when it is the bottleneck.
+        // its sampling slows no row of the table), and the busy yardstick the same way: what a document costs the
+        // worker's main thread in each, by bucket, so that the difference says where the pipeline's own cost is.
         const perDoc = (ms: Record<string, number>) =>
           Object.fromEntries(Object.entries(ms).map(([bucket, v]) => [bucket, round(v / docs.length, 2)]));
         result.cpuMsPerDoc = {};
@@ -121,7 +144,14 @@ export async function pipelineRuns(
           const { msByBucket } = await profiled(() =>
             runEager(client, textRefs, taskQueue, docs, workMs, label, concurrency),
           );
-          result.cpuMsPerDoc[`${concurrency} at once`] = perDoc(msByBucket);
+          result.cpuMsPerDoc[`pipeline, ${concurrency} at once`] = perDoc(msByBucket);
+          let yardstick: Record<string, number> = {};
+          await busyCeiling(server, client, modelMs, concurrency, '-profiled', async (work) => {
+            const { result: done, msByBucket: ms } = await profiled(work);
+            yardstick = ms;
+            return done;
+          });
+          result.cpuMsPerDoc[`busy yardstick, ${concurrency} at once`] = perDoc(yardstick);
         }
       }
     });

@@ -11,6 +11,8 @@ import { round } from './rows';
 /** A bucket for a sampled function's file (or the profiler's name for it). */
 function bucketOf(url: string, functionName: string): string {
   if (functionName === '(idle)') return 'idle';
+  // Profiler.stop's own work, sampled as it gathers the profile: not the run's.
+  if (url === 'node:inspector') return 'the profiler itself';
   if (functionName === '(garbage collector)') return 'garbage collection';
   if (functionName === '(program)' || functionName === '(root)') return 'V8 and native, unattributed';
   if (/node_modules\/(wink-|marked)|src\/model\/(offline-nlp|markdown)\.ts/.test(url))
@@ -18,8 +20,8 @@ function bucketOf(url: string, functionName: string): string {
   if (/src\/store\/|node_modules\/(better-sqlite3|kysely)\//.test(url)) return 'stores (SQLite)';
   if (/node_modules\/zod\//.test(url)) return 'validation (zod)';
   if (/node_modules\/(pino|@opentelemetry)/.test(url)) return 'logging and telemetry';
-  if (/node_modules\/(@temporalio|protobufjs|long|rxjs|@grpc)|^node:/.test(url))
-    return 'Temporal SDK and Node';
+  if (/node_modules\/(@temporalio|protobufjs|long|rxjs|@grpc)/.test(url)) return 'Temporal SDK';
+  if (/^node:/.test(url)) return 'Node (timers, streams, fs, crypto)';
   if (/\/(src|activities|workflows)\//.test(url)) return 'project code';
   return 'other';
 }

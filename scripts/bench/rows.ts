@@ -1,4 +1,5 @@
 /** A row of the benchmark's table, and the statistics that fill it. */
+import { cpuMs } from '../memory';
 
 /** A document of the corpus. */
 export interface Doc {
@@ -65,6 +66,23 @@ export function timedRow(
   };
 }
 
+/** The Temporal server whose CPU atOnce reads beside this process's (see lastSpanCpuMs). */
+let watchedServer: number | undefined;
+let lastSpan: { bench: number; server: number } | undefined;
+
+/** From now on, atOnce reads this process's CPU too (the Temporal server's). */
+export function watchServerCpu(pid: number | undefined): void {
+  watchedServer = pid;
+}
+
+/**
+ * The CPU the latest atOnce took, in ms: this process's (every thread of it) and the watched server's (NaN where
+ * none is watched). Only the span of the documents' runs, not a worker's start or a history's fetch after it.
+ */
+export function lastSpanCpuMs(): { bench: number; server: number } | undefined {
+  return lastSpan;
+}
+
 /** Runs `work(i)` for each i below `count`, `concurrency` at a time, in order; returns the seconds it all took. */
 export async function atOnce(
   count: number,
@@ -72,11 +90,16 @@ export async function atOnce(
   work: (i: number) => Promise<void>,
 ): Promise<number> {
   let next = 0;
+  const server = () => (watchedServer === undefined ? Number.NaN : (cpuMs(watchedServer) ?? Number.NaN));
+  const cpu = [process.cpuUsage(), server()] as const;
   const started = performance.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       for (let i = next++; i < count; i = next++) await work(i);
     }),
   );
-  return (performance.now() - started) / 1000;
+  const seconds = (performance.now() - started) / 1000;
+  const used = process.cpuUsage(cpu[0]);
+  lastSpan = { bench: (used.user + used.system) / 1000, server: server() - cpu[1] };
+  return seconds;
 }

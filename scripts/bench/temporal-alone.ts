@@ -25,12 +25,15 @@ const activities = {
   },
 };
 
+let yardstickCode: Promise<string> | undefined;
+
 /** A worker for the yardsticks, with the SDK's defaults for everything else, as the pipeline's worker has. */
 export async function yardstickWorker(
   server: Server,
   taskQueue: string,
 ): Promise<{ worker: Worker; code: string }> {
-  const code = await bundleFromSource(require.resolve('./workflows'));
+  // Bundled once per process: a worker per row, and some rows run several times.
+  const code = await (yardstickCode ??= bundleFromSource(require.resolve('./workflows')));
   const worker = await Worker.create({
     connection: server.env.nativeConnection,
     namespace: 'default',
@@ -51,8 +54,10 @@ export async function runEmptySteps(
   client: Client,
   count: number,
   concurrency: number,
+  /** Sets this run's workflow IDs apart from another's at the same concurrency. */
+  suffix = '',
 ): Promise<{ row: Row; histories: temporal.api.history.v1.IHistory[]; code: string }> {
-  const taskQueue = `bench-empty-steps-c${concurrency}`;
+  const taskQueue = `bench-empty-steps-c${concurrency}${suffix}`;
   const { worker, code } = await yardstickWorker(server, taskQueue);
   const perDoc: number[] = [];
   const seconds = await worker.runUntil(() =>
@@ -60,7 +65,7 @@ export async function runEmptySteps(
       const t = performance.now();
       await client.workflow.execute(emptySteps, {
         taskQueue,
-        workflowId: `bench-empty-steps-c${concurrency}-${i}`,
+        workflowId: `${taskQueue}-${i}`,
         requestEagerStart: true,
       });
       perDoc.push(performance.now() - t);
@@ -69,9 +74,7 @@ export async function runEmptySteps(
   const perStep = perDoc.map((ms) => ms / STEPS_PER_DOCUMENT);
   const name = 'Temporal alone: the same three steps doing nothing, eager start';
   const histories = await Promise.all(
-    Array.from({ length: count }, (_, i) =>
-      client.workflow.getHandle(`bench-empty-steps-c${concurrency}-${i}`).fetchHistory(),
-    ),
+    Array.from({ length: count }, (_, i) => client.workflow.getHandle(`${taskQueue}-${i}`).fetchHistory()),
   );
   return { row: timedRow(name, concurrency, perDoc, perStep, seconds), histories, code };
 }

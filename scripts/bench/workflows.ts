@@ -16,8 +16,8 @@ export async function emptySteps(): Promise<void> {
 }
 
 /**
- * Three steps that keep the worker's thread busy for as long as the model took on one document, and do nothing
- * else: summarize and tag finish apart, one after the other, as the offline model's do in the pipeline.
+ * Three steps of which summarize and tag hold a thread for as long as the model took on one document, and do
+ * nothing else: they finish apart, one after the other, as the offline model's do in the pipeline.
  */
 export async function busySteps(summarizeMs: number, tagMs: number): Promise<void> {
   await Promise.all([busy(summarizeMs), busy(tagMs)]);
