@@ -5,10 +5,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { HEARTBEAT_EVERY_MS, withHeartbeats } from '../activities/heartbeat';
 import { idempotencyKey } from '../activities/idempotency';
 import { FailureType } from '../src/contract';
 import { answering, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
@@ -222,4 +224,41 @@ describe('model steps', () => {
       },
     );
   });
+});
+
+describe('heartbeats', () => {
+  /** Runs `fn` as one attempt of a step; returns its result and how many heartbeats it sent. */
+  async function counted<R>(fn: () => Promise<R>): Promise<{ result: R; heartbeats: number }> {
+    const env = new MockActivityEnvironment(
+      { activityId: 'summarize', workflowExecution: { workflowId: 'document-test', runId: randomUUID() } },
+      { logger: new DefaultLogger('ERROR') },
+    );
+    let heartbeats = 0;
+    env.on('heartbeat', () => (heartbeats += 1));
+    const result = await env.run<[], R, typeof fn>(fn);
+    return { result, heartbeats };
+  }
+
+  it('a step that ends within the interval sends none (each would be a request and a write of the server)', async () => {
+    const { local } = await partsWithModelServer();
+    const { summarize } = createActivities(local.deps);
+    const input = await summarizeInput(local);
+    const { result, heartbeats } = await counted(() => summarize(input));
+    assert.equal(result.summary, 'A short summary.');
+    assert.equal(heartbeats, 0);
+  });
+
+  it(
+    'a longer step heartbeats once an interval has passed, and stops when it ends',
+    { timeout: 30_000 },
+    async () => {
+      const { heartbeats } = await counted(() => withHeartbeats(() => sleep(HEARTBEAT_EVERY_MS * 1.5)));
+      assert.equal(heartbeats, 1);
+      const after = await counted(async () => {
+        await withHeartbeats(() => Promise.resolve());
+        await sleep(HEARTBEAT_EVERY_MS * 1.5);
+      });
+      assert.equal(after.heartbeats, 0);
+    },
+  );
 });
