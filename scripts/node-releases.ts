@@ -17,7 +17,8 @@ export const TESTED_NODE_RELEASES: Readonly<Record<string, string>> = {
  * The files run on each of them: what depends on the Node underneath. A real worker on a real dev server (the
  * embedded one of `npm start`, killed and resumed; worker processes killed, timed out and reset; a SIGTERM's
  * shutdown grace), the workflow bundle replaying committed histories, every model provider's adapter over HTTP,
- * both stores (better-sqlite3, the native module compiled per Node, and PostgreSQL), and the configuration.
+ * both stores (better-sqlite3, the native module compiled per Node, and PostgreSQL), the offline model's thread
+ * (a worker thread loading TypeScript through tsx), and the configuration.
  */
 export const NODE_MATRIX_TESTS: readonly string[] = [
   'test/npm-start.test.ts',
@@ -26,5 +27,6 @@ export const NODE_MATRIX_TESTS: readonly string[] = [
   'test/replay.test.ts',
   'test/providers.test.ts',
   'test/stores.test.ts',
+  'test/thread.test.ts',
   'test/config.test.ts',
 ];
