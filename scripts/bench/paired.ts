@@ -13,7 +13,7 @@
 import type { Client } from '@temporalio/client';
 import { documentPipeline } from '../../workflows';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
-import { call, model } from './loops';
+import { answer } from '../../src/model/offline-thread';
 import { atOnce, percentile, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import type { Server } from './server';
@@ -39,13 +39,18 @@ export async function executeDocument(
   return performance.now() - t;
 }
 
-/** The model's time on one document, in this process: what the busy yardstick's steps hold the thread for. */
-async function modelTimes(doc: Doc): Promise<{ summarize: number; tag: number }> {
+/**
+ * The model's time on one document: its scoring run right here, as the offline model's thread runs it (the same
+ * functions, warm, summary first, so the tags reuse its analysis as they do there), what the busy yardstick's steps
+ * hold its thread for. Not timed through the model's thread: that would count the messages to it and back, which
+ * the yardstick pays again for its own.
+ */
+function modelTimes(doc: Doc): { summarize: number; tag: number } {
   let t = performance.now();
-  await model.summarize(doc.text, OPTIONS.maxSummarySentences, call(`${doc.name}:summarize`));
+  answer({ op: 'summarize', text: doc.text, maxSentences: OPTIONS.maxSummarySentences });
   const summarize = performance.now() - t;
   t = performance.now();
-  await model.tag(doc.text, OPTIONS.maxTags, call(`${doc.name}:tag`));
+  answer({ op: 'tag', text: doc.text, maxTags: OPTIONS.maxTags });
   return { summarize, tag: performance.now() - t };
 }
 
@@ -80,12 +85,14 @@ export async function pairedOwnCost(
   const own: number[] = [];
   const modelMs = new Map<Doc, { summarize: number; tag: number }>();
   const byPass: number[] = [];
+  // This thread's scoring warmed first (wink loads its model on first use), as the model's thread is by now.
+  for (const doc of docs.slice(0, 3)) modelTimes(doc);
   await worker.runUntil(async () => {
     for (let pass = 0; pass < passes; pass++) {
       const ownThisPass: number[] = [];
       for (const [n, doc] of docs.entries()) {
         const i = pass * docs.length + n;
-        const times = await modelTimes(doc);
+        const times = modelTimes(doc);
         modelMs.set(doc, times);
         const work = times.summarize + times.tag;
         const pipeline = () =>
