@@ -11,7 +11,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { RequestThread } from '../src/lib/thread';
 import { OfflineModel } from '../src/model/offline-model';
-import { answer } from '../src/model/offline-thread';
+import { score } from '../src/model/offline-nlp';
 import { SAMPLES_DIR } from '../src/config';
 import type { TestRequest } from './fixtures/test-thread';
 
@@ -23,8 +23,8 @@ describe('the offline model on its own thread', () => {
     for (const name of ['durable-execution', 'tidal-energy']) {
       const text = fs.readFileSync(path.join(SAMPLES_DIR, `${name}.md`), 'utf8');
       const [summary, tags] = await Promise.all([model.summarize(text, 3), model.tag(text, 5)]);
-      assert.deepEqual(summary, answer({ op: 'summarize', text, maxSentences: 3 }));
-      assert.deepEqual(tags, answer({ op: 'tag', text, maxTags: 5 }));
+      assert.deepEqual(summary, score({ op: 'summarize', text, maxSentences: 3 }));
+      assert.deepEqual(tags, score({ op: 'tag', text, maxTags: 5 }));
       assert.ok(summary.value.length > 0 && tags.value.length > 0, `${name}: an empty answer`);
     }
   });
@@ -41,6 +41,22 @@ describe('the offline model on its own thread', () => {
 });
 
 describe('a request thread', () => {
+  it(
+    'whose module serves requests twice fails its first request, rather than answer each twice',
+    { timeout: 30_000 },
+    async () => {
+      const twice = new RequestThread<object, string>(
+        'the twice-serving thread',
+        require.resolve('./fixtures/double-serving-thread'),
+      );
+      await assert.rejects(
+        twice.call({}),
+        /the twice-serving thread ended \(this thread answers requests already/,
+      );
+      await twice.close();
+    },
+  );
+
   const thread = new RequestThread<TestRequest, string>(
     'the test thread',
     require.resolve('./fixtures/test-thread'),

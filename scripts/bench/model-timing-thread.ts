@@ -4,12 +4,12 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { serveRequests } from '../../src/lib/thread';
-import { answer } from '../../src/model/offline-thread';
-import type { OfflineRequest } from '../../src/model/offline-thread';
+import { score } from '../../src/model/offline-nlp';
+import type { OfflineRequest } from '../../src/model/offline-nlp';
 
 export function scoringMs(request: OfflineRequest): number {
   const started = performance.now();
-  answer(request);
+  score(request);
   return performance.now() - started;
 }
 

@@ -14,7 +14,7 @@ import type { Client } from '@temporalio/client';
 import { documentPipeline } from '../../workflows';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
 import { RequestThread } from '../../src/lib/thread';
-import type { OfflineRequest } from '../../src/model/offline-thread';
+import type { OfflineRequest } from '../../src/model/offline-nlp';
 import { atOnce, percentile, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import type { Server } from './server';

@@ -96,6 +96,9 @@ export class RequestThread<Request extends object, Value> {
   }
 }
 
+/** Whether this thread serves requests already (see serveRequests). */
+let serving = false;
+
 /**
  * Inside the thread: answers each request with what `handle` returns, or with the message of what it threw. Call
  * it once, at the top of the thread's module.
@@ -107,6 +110,10 @@ export function serveRequests<Request, Value>(
   },
   handle: (request: Request) => Value,
 ): void {
+  // Two handlers would both answer each request, and the first answer would win.
+  if (serving)
+    throw new Error('this thread answers requests already: a thread has one module that serves them');
+  serving = true;
   port.on('message', (message) => {
     let reply: ThreadReply<Value>;
     try {

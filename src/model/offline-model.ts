@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RequestThread } from '../lib/thread';
-import type { OfflineAnswer, OfflineRequest } from './offline-thread';
+import type { OfflineAnswer, OfflineRequest } from './offline-nlp';
 import type { DocumentModel, ModelAnswer, ModelCall } from './types';
 
 /**

@@ -8,6 +8,7 @@ import type { ItemSentence, ItemToken, WinkMethods } from 'wink-nlp';
 import model from 'wink-eng-lite-web-model';
 import { markdownBlocks } from './markdown';
 import type { BlockKind } from './markdown';
+import type { ModelAnswer } from './types';
 
 let cachedNlp: WinkMethods | undefined;
 
@@ -348,4 +349,21 @@ export function countTokens(text: string): number {
       if (token.out(winkNlp.its.type) !== 'tabCRLF') count += 1;
     });
   return count;
+}
+
+/** What the offline model is asked: a summary or tags of one text. */
+export type OfflineRequest =
+  { op: 'summarize'; text: string; maxSentences: number } | { op: 'tag'; text: string; maxTags: number };
+
+export type OfflineAnswer = ModelAnswer<string> | ModelAnswer<string[]>;
+
+/** One request's answer, with the tokens the text and the answer count (what the offline model's thread runs). */
+export function score(request: OfflineRequest): OfflineAnswer {
+  const inputTokens = countTokens(request.text);
+  if (request.op === 'summarize') {
+    const summary = extractiveSummary(request.text, request.maxSentences);
+    return { value: summary, usage: { inputTokens, outputTokens: countTokens(summary) } };
+  }
+  const tags = keywordTags(request.text, request.maxTags);
+  return { value: tags, usage: { inputTokens, outputTokens: tags.length } };
 }
