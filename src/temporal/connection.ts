@@ -61,9 +61,11 @@ export function connectWorker(
   config: Pick<Config, 'temporal'>,
   endpoint: TemporalEndpoint = configuredEndpoint(config),
 ): Promise<NativeConnection> {
-  return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure }).catch((err: unknown) => {
-    throw connectionFailure(endpoint, err);
-  });
+  return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure }).catch(
+    async (err: unknown) => {
+      throw connectionFailure(endpoint, await withLastTransportError(endpoint, err));
+    },
+  );
 }
 
 /** A connection that could not be made: its message says what to do, `reason` the transport's few words. */
@@ -87,11 +89,13 @@ export function connectionReason(err: unknown): string {
 
 /**
  * grpc-js says only "Failed to connect before the deadline" of a channel that never became ready, dropping why: a
- * TLS certificate it refused, a handshake the server cut off. One call on a fresh channel that does not wait for it
+ * TLS certificate it refused, a handshake the server cut off; the worker's native connection says at times only
+ * "operation was canceled" of a handshake the server refused. One call on a fresh channel that does not wait for it
  * to be ready fails with the channel's last error instead; asked only after such a failure over TLS, to say which.
  */
 async function withLastTransportError(endpoint: TemporalEndpoint, err: unknown): Promise<unknown> {
-  if (!(err instanceof Error) || !/before the deadline/.test(err.message) || !endpoint.secure.tls) return err;
+  if (!(err instanceof Error) || !endpoint.secure.tls) return err;
+  if (!/before the deadline|operation was canceled/.test(messagesOf(err))) return err;
   // No retry interceptor: the call must fail with what the channel saw, not try again until its deadline.
   const probe = Connection.lazy({ address: endpoint.address, ...endpoint.secure, interceptors: [] });
   try {
@@ -102,9 +106,11 @@ async function withLastTransportError(endpoint: TemporalEndpoint, err: unknown):
       probed instanceof Error
         ? /Last error: (.*?)(?: \(\d{4}-[^)]*\))?\. Resolution/s.exec(probed.message)
         : null;
-    return last?.[1] === undefined
-      ? err
-      : new Error(`${err.message}; last error: ${last[1].trim()}`, { cause: err });
+    if (last?.[1] === undefined) return err;
+    // Named as the failure it explains, so that it is read as the same kind of failure (see connectionFailure).
+    const explained = new Error(`${err.message}; last error: ${last[1].trim()}`, { cause: err });
+    explained.name = err.name;
+    return explained;
   } finally {
     await probe.close();
   }
