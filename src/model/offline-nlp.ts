@@ -59,23 +59,39 @@ function lemmaOf(token: LemmaOut, its: WinkMethods['its']): string | undefined {
   return token.out(its.lemma);
 }
 
-/**
- * The last few texts' analyses, newest last: summary and tags of a document share one, and with many documents
- * in flight a document's two requests need not come one right after the other.
- */
-const recentAnalyses: Array<{ text: string; sentences: Sentence[] }> = [];
-const ANALYSES_KEPT = 4;
+/** A recent text, with what has been read of it so far. */
+interface RecentText {
+  text: string;
+  sentences?: Sentence[];
+  tokens?: number;
+}
 
-/** Cleans the Markdown and splits it into analysed sentences; the last few results are kept (see `recentAnalyses`). */
+/**
+ * What the last few texts cost to read, newest last: their analyses and their token counts. Summary and tags of a
+ * document share both (a count of a chapter's tokens alone is ~5 ms), and with many documents in flight a
+ * document's two requests need not come one right after the other.
+ */
+const recentTexts: RecentText[] = [];
+const TEXTS_KEPT = 4;
+
+/** The entry of `text` among the recent ones, made the newest (a new, empty one if it is not among them). */
+function recentEntry(text: string): RecentText {
+  const kept = recentTexts.findIndex((entry) => entry.text === text);
+  const entry = kept === -1 ? { text } : (recentTexts.splice(kept, 1)[0] ?? { text });
+  recentTexts.push(entry);
+  if (recentTexts.length > TEXTS_KEPT) recentTexts.shift();
+  return entry;
+}
+
+/** Cleans the Markdown and splits it into analysed sentences; the last few results are kept (see `recentTexts`). */
 function analyse(markdown: string): Sentence[] {
-  const kept = recentAnalyses.findIndex((entry) => entry.text === markdown);
-  if (kept !== -1) {
-    const [entry] = recentAnalyses.splice(kept, 1);
-    if (entry !== undefined) {
-      recentAnalyses.push(entry);
-      return entry.sentences;
-    }
-  }
+  const entry = recentEntry(markdown);
+  entry.sentences ??= analyseAfresh(markdown);
+  return entry.sentences;
+}
+
+/** The analysis itself, of a text not among the recent ones. */
+function analyseAfresh(markdown: string): Sentence[] {
   const winkNlp = nlp();
   const { its } = winkNlp;
   const sentences: Sentence[] = [];
@@ -141,8 +157,6 @@ function analyse(markdown: string): Sentence[] {
     if (block.kind === 'prose') lead = false;
   }
   relemmatiseSentenceInitial(sentenceInitial, winkNlp);
-  recentAnalyses.push({ text: markdown, sentences });
-  if (recentAnalyses.length > ANALYSES_KEPT) recentAnalyses.shift();
   return sentences;
 }
 
@@ -359,7 +373,8 @@ export type OfflineAnswer = ModelAnswer<string> | ModelAnswer<string[]>;
 
 /** One request's answer, with the tokens the text and the answer count (what the offline model's thread runs). */
 export function score(request: OfflineRequest): OfflineAnswer {
-  const inputTokens = countTokens(request.text);
+  const entry = recentEntry(request.text);
+  const inputTokens = (entry.tokens ??= countTokens(request.text));
   if (request.op === 'summarize') {
     const summary = extractiveSummary(request.text, request.maxSentences);
     return { value: summary, usage: { inputTokens, outputTokens: countTokens(summary) } };
