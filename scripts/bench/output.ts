@@ -22,8 +22,9 @@ export function table(rows: readonly Row[], checkpointMs: number): string {
 
 /**
  * Two bar charts, one above the other: documents per second against the `ceiling` (a dashed line and a bar of its
- * own: the higher of the modelled and the measured one, see bench.ts), and per-step overhead where measured. The yardstick's rows (Temporal alone) are grey, the pipeline's
- * blue, so each pipeline bar reads against the floor and the ceiling beside it.
+ * own: the higher of the modelled and the measured one, see bench.ts), and per-step overhead where measured. The
+ * yardstick's rows (Temporal alone) are grey, the pipeline's blue, so each pipeline bar reads against the floor and
+ * the ceiling beside it.
  */
 export function chart(rows: readonly Row[], ceiling?: number): string {
   const width = 960;
