@@ -6,7 +6,9 @@
  * outside the processes being killed: each memo key paid once, each document published once per version, nothing
  * lost. It runs twice: against a receiver that dedupes by Idempotency-Key (and echoes it), and against one that
  * ignores the key, where only the delivery ledger stands between a retry and a second effect. There the test also
- * plays the operator: it resolves the deliveries the ledger holds, from the receiver's own log.
+ * plays the operator: it resolves the deliveries the ledger holds, from the receiver's own log, and wakes their runs
+ * as `npm run deliveries -- resolve` does. A run still open near the deadline is described (its pending steps, the
+ * open deliveries, the model's open calls) in the failure, rather than left to time out.
  *
  * The moments come from a seeded PRNG; the seed is printed first. CHAOS_SEED=<seed> replays the plan and delays
  * (the interleaving still depends on timing); CHAOS_DEBUG=1 logs every request with a time; CHAOS_LENGTH=full (as
@@ -23,6 +25,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig, SAMPLES_DIR } from '../src/config';
 import { PublishInputSchema, workflowIdFor } from '../src/contract';
+import { deliverySettledSignal } from '../workflows/queries';
 import { collectDocuments, titleOf } from '../src/documents/files';
 import type { DocumentFile } from '../src/documents/files';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
@@ -42,6 +45,8 @@ import { completion, startCrashableWorker, writeWorkflowBundle } from './helpers
 import { freePort, tempDir } from './scratch';
 import { freshDatabase, onDatabase } from './postgres';
 import { startLocalDevServer } from '../src/temporal/local-server';
+import { pendingSteps } from '../src/runs/history';
+import type { Client } from '@temporalio/client';
 
 const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt(2 ** 31);
 if (!Number.isSafeInteger(SEED))
@@ -88,6 +93,9 @@ const HOSTS = ['host-a', 'host-b'] as const;
  */
 const WORKER_READY_MS = 150_000;
 type HostName = (typeof HOSTS)[number];
+/** A scenario's deadline; the last DIAGNOSIS_MS of it go to describing the runs still open, if any are. */
+const TEST_TIMEOUT_MS = 420_000;
+const DIAGNOSIS_MS = 30_000;
 
 /** mulberry32: a tiny seeded PRNG, good enough to make a chaos run replayable. */
 function mulberry32(seed: number): () => number {
@@ -256,6 +264,58 @@ function generatedDocument(n: number, version = 1): DocumentFile {
   };
 }
 
+/** The documents whose latest run has not completed by `deadline` (a failed run throws, as result() does). */
+async function unfinishedRuns(client: Client, documentIds: string[], deadline: number): Promise<string[]> {
+  const open: string[] = [];
+  for (const documentId of documentIds) {
+    const result = client.workflow.getHandle(workflowIdFor(documentId)).result();
+    const left = Math.max(0, deadline - Date.now());
+    const done = await Promise.race([result.then(() => true), sleep(left, false, { ref: false })]);
+    if (!done) {
+      result.catch(() => undefined);
+      open.push(documentId);
+    }
+  }
+  return open;
+}
+
+/** What each stuck run waits on: its pending steps, the ledger's open deliveries and the model's open calls. */
+async function diagnosis(
+  client: Client,
+  documentIds: string[],
+  stores: Stores,
+  model: ModelServer,
+): Promise<string[]> {
+  const lines: string[] = [];
+  for (const documentId of documentIds) {
+    const workflowId = workflowIdFor(documentId);
+    try {
+      const described = await client.workflow.getHandle(workflowId).describe();
+      const steps = pendingSteps(described.raw.pendingActivities).map(
+        (s) =>
+          `${s.step} attempt ${s.attempt} ${s.state} (last worker ${s.lastWorker ?? '-'}; ` +
+          `last failure ${s.lastFailure ?? '-'})`,
+      );
+      lines.push(
+        `${workflowId} run ${described.runId} ${described.status.name}: ` +
+          `${steps.length === 0 ? 'no pending step' : steps.join('; ')}`,
+      );
+    } catch (err) {
+      lines.push(`${workflowId}: cannot describe (${String(err)})`);
+    }
+  }
+  for (const entry of await stores.ledger.openClaims()) {
+    lines.push(
+      `open delivery ${entry.idempotencyKey} of ${entry.documentId}: owner ${entry.owner ?? '-'}, ` +
+        `attempts ${entry.attempts}, last error ${entry.lastError ?? '-'}, since ${entry.updatedAt.toISOString()}`,
+    );
+  }
+  for (const call of model.open()) {
+    lines.push(`model call open: ${call.step} ${keyOf(call)} via ${call.route ?? '?'}`);
+  }
+  return lines;
+}
+
 Runtime.install({
   logger: new DefaultLogger('ERROR'),
   telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } },
@@ -366,7 +426,7 @@ describe('chaos', { concurrency: true }, () => {
 
       it(
         'pays each model answer once, publishes each version of each document once, and loses nothing',
-        { timeout: 420_000 },
+        { timeout: TEST_TIMEOUT_MS },
         async () => {
           const startedAt = Date.now();
           const plan = shuffled(EVENTS);
@@ -388,10 +448,17 @@ describe('chaos', { concurrency: true }, () => {
           const submitted: DocumentFile[] = [];
           let feeding = true;
           let lastSubmitAt = 0;
+          /** The submission under way, if any: one that never returns is named when the test gives up. */
+          let submitting: { source: string; since: number } | undefined;
           const submit = async (document: DocumentFile): Promise<void> => {
             const current = env;
             if (current === undefined) throw new Error('the dev server is restarting');
-            await submitDocument(current.client, stores.blobs, taskQueue, document);
+            submitting = { source: document.source, since: Date.now() };
+            try {
+              await submitDocument(current.client, stores.blobs, taskQueue, document);
+            } finally {
+              submitting = undefined;
+            }
             submitted.push(document);
             versions.set(document.documentId, (versions.get(document.documentId) ?? 0) + 1);
             lastSubmitAt = Date.now();
@@ -418,6 +485,14 @@ describe('chaos', { concurrency: true }, () => {
           // leaves a claim alone for a while: a POST may be under way, and a claim on a receiver that has echoed a
           // key is sent again by the next retry without anyone's help.
           const verdicts = { delivered: 0, unsent: 0 };
+          // As `npm run deliveries -- resolve` does: the held run looks at the ledger now, not at its next timer
+          // (30 s, then doubling), which a run held more than once would wait out past the test's deadline.
+          const wake = async (workflowId: string): Promise<void> => {
+            await env?.client.workflow
+              .getHandle(workflowId)
+              .signal(deliverySettledSignal)
+              .catch(() => undefined);
+          };
           let operating = true;
           const operator = (async () => {
             while (operating && !over) {
@@ -430,10 +505,15 @@ describe('chaos', { concurrency: true }, () => {
                     revision: effect.revision,
                     duplicate: true,
                   };
-                  if (await stores.ledger.resolve(entry.idempotencyKey, { delivered: receipt }))
+                  if (await stores.ledger.resolve(entry.idempotencyKey, { delivered: receipt })) {
                     verdicts.delivered += 1;
+                    await wake(entry.workflowId);
+                  }
                 } else if (Date.now() - entry.updatedAt.getTime() > OPERATOR_PATIENCE_MS) {
-                  if (await stores.ledger.resolve(entry.idempotencyKey, 'unsent')) verdicts.unsent += 1;
+                  if (await stores.ledger.resolve(entry.idempotencyKey, 'unsent')) {
+                    verdicts.unsent += 1;
+                    await wake(entry.workflowId);
+                  }
                 }
               }
               await sleep(1_000);
@@ -553,7 +633,15 @@ describe('chaos', { concurrency: true }, () => {
               const first = submitted[0];
               const client = env?.client;
               if (first !== undefined && client !== undefined) {
-                await client.workflow.getHandle(workflowIdFor(first.documentId)).result();
+                const open = await unfinishedRuns(
+                  client,
+                  [first.documentId],
+                  startedAt + TEST_TIMEOUT_MS - DIAGNOSIS_MS,
+                );
+                if (open.length > 0) {
+                  const lines = await diagnosis(client, open, stores, model);
+                  assert.fail(`the first document's run did not finish:\n${lines.join('\n')}`);
+                }
                 const text = `${first.bytes.toString('utf8')}\n\nRevised during the chaos run: a second version.\n`;
                 await submit({ ...first, bytes: Buffer.from(text, 'utf8') });
                 log(`edited ${first.source} and submitted it again (version 2 of ${first.documentId})`);
@@ -561,13 +649,27 @@ describe('chaos', { concurrency: true }, () => {
             }
           }
           feeding = false;
-          await feeder;
+          const settleBy = startedAt + TEST_TIMEOUT_MS - DIAGNOSIS_MS;
+          const fed = await Promise.race([
+            feeder.then(() => true),
+            sleep(Math.max(0, settleBy - Date.now()), false, { ref: false }),
+          ]);
+          if (!fed) {
+            const stuck = submitting
+              ? `the submission of ${submitting.source}, under way for ${Date.now() - submitting.since} ms`
+              : 'the feeder';
+            assert.fail(`${stuck} never returned`);
+          }
 
-          // Nothing lost: every document's latest run completes.
+          // Nothing lost: every document's latest run completes, before the test's own deadline; a run still
+          // open then is described (its pending steps, the ledger, the model's open calls), not left to time out.
           const client = env?.client;
           assert.ok(client);
-          for (const documentId of versions.keys()) {
-            await client.workflow.getHandle(workflowIdFor(documentId)).result();
+          const unfinished = await unfinishedRuns(client, [...versions.keys()], settleBy);
+          if (unfinished.length > 0) {
+            const lines = await diagnosis(client, unfinished, stores, model);
+            for (const line of lines) log(`stuck: ${line}`);
+            assert.fail(`${unfinished.length} run(s) did not finish:\n${lines.join('\n')}`);
           }
           operating = false;
           await operator;
