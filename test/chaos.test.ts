@@ -429,6 +429,8 @@ describe('chaos', { concurrency: true }, () => {
         { timeout: TEST_TIMEOUT_MS },
         async () => {
           const startedAt = Date.now();
+          /** When the final waits give up, leaving DIAGNOSIS_MS of the test's deadline to describe what is open. */
+          const settleBy = startedAt + TEST_TIMEOUT_MS - DIAGNOSIS_MS;
           const plan = shuffled(EVENTS);
           const restartAfter = new Set(
             shuffled(Array.from({ length: Math.min(5, EVENTS.length - 1) }, (_, i) => i + 1)).slice(
@@ -633,11 +635,7 @@ describe('chaos', { concurrency: true }, () => {
               const first = submitted[0];
               const client = env?.client;
               if (first !== undefined && client !== undefined) {
-                const open = await unfinishedRuns(
-                  client,
-                  [first.documentId],
-                  startedAt + TEST_TIMEOUT_MS - DIAGNOSIS_MS,
-                );
+                const open = await unfinishedRuns(client, [first.documentId], settleBy);
                 if (open.length > 0) {
                   const lines = await diagnosis(client, open, stores, model);
                   assert.fail(`the first document's run did not finish:\n${lines.join('\n')}`);
@@ -649,7 +647,6 @@ describe('chaos', { concurrency: true }, () => {
             }
           }
           feeding = false;
-          const settleBy = startedAt + TEST_TIMEOUT_MS - DIAGNOSIS_MS;
           const fed = await Promise.race([
             feeder.then(() => true),
             sleep(Math.max(0, settleBy - Date.now()), false, { ref: false }),
