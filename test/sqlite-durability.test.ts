@@ -75,6 +75,8 @@ describe('SQLite durability, read off the system calls', () => {
       const seen = JSON.stringify(phases);
       assert.equal(phases.claims?.syncs ?? 0, 0, `claims fsynced: ${seen}`);
       assert.equal(phases.renewals?.syncs ?? 0, 0, `renewals fsynced: ${seen}`);
+      assert.equal(phases.claimsagain?.syncs ?? 0, 0, `claims after a synced write fsynced: ${seen}`);
+      assert.ok((phases.release?.syncs ?? 0) >= 1, `a release after unsynced claims did not sync: ${seen}`);
       // One sync of the log in each (an answer's carries the unsynced claims before it too), each before its call
       // returned: the next phase's marker comes after it.
       const durable = [...numbered('answer'), 'answeredclaim', ...numbered('publish'), 'republish', 'lookup'];

@@ -64,6 +64,8 @@ class Connection {
   private turn: Promise<void> = Promise.resolve();
   private handles = 0;
   private walMode: boolean | undefined;
+  /** The sync level in force: lib/sqlite.ts opens the file with synchronous=FULL. */
+  private syncLevel: 'SYNCED' | 'UNSYNCED' = 'SYNCED';
   private log: Promise<fs.promises.FileHandle> | undefined;
 
   /** The write-ahead log's path, fixed at open: the process may change its folder later. */
@@ -86,13 +88,50 @@ class Connection {
     return connection;
   }
 
+  /**
+   * Runs a statement. A write outside a transaction commits synced (synchronous=FULL); a read, or a statement inside
+   * a transaction (which commits at the level its BEGIN was given, see level), runs at whatever level is in force.
+   */
   exec(query: CompiledQuery<unknown>): { rows: unknown[]; changes: number } {
-    let statement = this.statements.get(query.sql);
+    const statement = this.prepared(query.sql);
+    if (!statement.readonly && !this.db.inTransaction) this.level('SYNCED');
+    return this.run(statement, query);
+  }
+
+  /**
+   * `exec` committed without an fsync. The level is the connection's, and SQLite refuses to change it inside a
+   * transaction: there the statement commits with the transaction, at the level the transaction began with.
+   */
+  execUnsynced(query: CompiledQuery<unknown>): { rows: unknown[]; changes: number } {
+    if (!this.db.inTransaction) this.level('UNSYNCED');
+    return this.run(this.prepared(query.sql), query);
+  }
+
+  /**
+   * Sets the sync level for the commits that follow, outside a transaction. It is changed only when it differs:
+   * the hot path (claims unsynced, answers and publications synced aside) then runs without a PRAGMA of its own,
+   * where switching to NORMAL and back around each statement cost two statements more each time.
+   */
+  level(level: 'SYNCED' | 'UNSYNCED'): void {
+    if (this.syncLevel === level) return;
+    this.run(this.prepared(CONTROL[level].sql), CONTROL[level]);
+    this.syncLevel = level;
+  }
+
+  private prepared(text: string): BetterSqlite3.Statement {
+    let statement = this.statements.get(text);
     if (statement === undefined) {
-      statement = this.db.prepare(query.sql);
+      statement = this.db.prepare(text);
       if (this.statements.size >= 256) this.statements.clear();
-      this.statements.set(query.sql, statement);
+      this.statements.set(text, statement);
     }
+    return statement;
+  }
+
+  private run(
+    statement: BetterSqlite3.Statement,
+    query: CompiledQuery<unknown>,
+  ): { rows: unknown[]; changes: number } {
     // better-sqlite3 binds numbers, strings, buffers and null; a flag is 0 or 1.
     const values = query.parameters.map((v) => (typeof v === 'boolean' ? Number(v) : v));
     if (statement.reader) {
@@ -100,20 +139,6 @@ class Connection {
       return { rows, changes: rows.length };
     }
     return { rows: [], changes: statement.run(...values).changes };
-  }
-
-  /**
-   * `exec` committed without an fsync. The level is the connection's, and SQLite refuses to change it inside a
-   * transaction: there the statement commits with the transaction, synced.
-   */
-  execUnsynced(query: CompiledQuery<unknown>): { rows: unknown[]; changes: number } {
-    if (this.db.inTransaction) return this.exec(query);
-    this.control('UNSYNCED');
-    try {
-      return this.exec(query);
-    } finally {
-      this.control('SYNCED');
-    }
   }
 
   /** Whether the file keeps a write-ahead log (lib/sqlite.ts asks for one; some filesystems refuse it). */
@@ -139,9 +164,9 @@ class Connection {
     await log.datasync();
   }
 
-  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK (or the sync level), prepared once like every statement. */
-  control(statement: keyof typeof CONTROL): void {
-    this.exec(CONTROL[statement]);
+  /** A transaction's BEGIN IMMEDIATE, COMMIT or ROLLBACK, prepared once like every statement. */
+  control(statement: 'BEGIN IMMEDIATE' | 'COMMIT' | 'ROLLBACK'): void {
+    this.run(this.prepared(CONTROL[statement].sql), CONTROL[statement]);
   }
 
   /** Runs `work` once every earlier caller's work is done. */
@@ -219,20 +244,16 @@ class SqliteSql implements Sql {
     const aside = syncAside && this.syncsAside;
     const transaction = async (): Promise<T> => {
       if (db.inTransaction) throw new Error('a SQLite transaction cannot start inside another');
-      // The sync level can change only outside a transaction; it holds for the COMMIT.
-      if (aside) this.connection.control('UNSYNCED');
+      // The sync level can change only outside a transaction; the one set here holds for the COMMIT.
+      this.connection.level(aside ? 'UNSYNCED' : 'SYNCED');
+      this.connection.control('BEGIN IMMEDIATE');
       try {
-        this.connection.control('BEGIN IMMEDIATE');
-        try {
-          const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
-          this.connection.control('COMMIT');
-          return result;
-        } catch (err) {
-          if (db.inTransaction) this.connection.control('ROLLBACK');
-          throw err;
-        }
-      } finally {
-        if (aside) this.connection.control('SYNCED');
+        const result = await work(new SqliteSql(this.connection, this.build, 'direct', undefined));
+        this.connection.control('COMMIT');
+        return result;
+      } catch (err) {
+        if (db.inTransaction) this.connection.control('ROLLBACK');
+        throw err;
       }
     };
     if (this.mode === 'direct') return transaction();
