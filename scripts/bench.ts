@@ -133,6 +133,8 @@ async function run(): Promise<void> {
       ownCostMsPerStepP50AgainstNoOpYardstick: ownCostNoOp,
       // Where it goes, one document at a time: see docs/speed.md.
       ownCostBreakdown: {
+        // Each pair's histories cut into the pipeline's segments: where in a run the difference lies.
+        historySplitMsPerDoc: tuned.paired?.historySplitMsPerDoc,
         ...tuned.breakdown,
         cpuMsPerDocByBucket: tuned.cpuMsPerDoc,
         microCosts: micro,

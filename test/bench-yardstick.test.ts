@@ -1,10 +1,15 @@
 /**
  * The busy yardstick's thread (scripts/bench/spin-thread.ts) stands for the offline model's CPU work: it must spin
  * for time on its core, so that a thread descheduled meanwhile (two shared cores, the server and the worker's
- * thread on them) finishes later, as the model's scoring does, instead of on the wall clock.
+ * thread on them) finishes later, as the model's scoring does, instead of on the wall clock. The pairs' history
+ * split (scripts/bench/paired.ts) cuts a run where the pipeline's shape turns.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
+import { segmentsOf } from '../scripts/bench/paired';
 import { spin } from '../scripts/bench/spin-thread';
 
 /** A wall clock that moves 10 µs a look, and jumps `gapMs` at look number `gapAt`: the thread was off its core. */
@@ -34,5 +39,28 @@ describe("the busy yardstick's spin", () => {
     const { clock, now } = clockWithGap(-1, 0);
     spin({ ms: 3 }, clock);
     assert.ok(now() >= 3 && now() < 3.1, `the spin ended at ${now()} ms`);
+  });
+});
+
+describe("the pairs' history split", () => {
+  const history = (name: string) =>
+    historyFromJSON(JSON.parse(fs.readFileSync(path.join(__dirname, 'histories', `${name}.json`), 'utf8')));
+  const ms = (e: { eventTime?: { seconds?: unknown; nanos?: number | null } | null } | undefined) =>
+    Number(e?.eventTime?.seconds ?? 0) * 1000 + (e?.eventTime?.nanos ?? 0) / 1e6;
+
+  it("cuts a run into the pipeline's five segments, which add up to the run", () => {
+    const recorded = history('parallel-tidal-energy');
+    const split = segmentsOf(recorded);
+    assert.ok(split !== undefined, 'a completed run of the pipeline was not split');
+    const events = recorded.events ?? [];
+    const total = ms(events.at(-1)) - ms(events[0]);
+    const sum = Object.values(split).reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum - total) < 0.01, `the segments add up to ${sum} ms, the run took ${total}`);
+    for (const [name, value] of Object.entries(split)) assert.ok(value >= 0, `${name}: ${value} ms`);
+    assert.ok(split['summarize and tag'] > 0, 'the model steps took no time');
+  });
+
+  it('leaves out a run of another shape', () => {
+    assert.equal(segmentsOf(history('parallel-missing-text')), undefined);
   });
 });

@@ -11,6 +11,7 @@
  * (Temporal's, for the shape) counts as the project's there.
  */
 import type { Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { documentPipeline } from '../../workflows';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, workflowIdFor } from '../../src/contract';
 import { RequestThread } from '../../src/lib/thread';
@@ -72,6 +73,87 @@ export interface PairedOwnCost {
   ownCostMsPerStepP50ByPass: number[];
   /** Each document's model times, as the busy yardstick's steps held the thread for them. */
   modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>;
+  /** Where the difference lies in a run: its histories' segments, pipeline and yardstick (see historySplit). */
+  historySplitMsPerDoc: Record<Segment, { pipeline: number; yardstick: number; difference: number }>;
+}
+
+/** A run's segments, from its history's event times, in the order they follow one another. */
+const SEGMENTS = [
+  'first workflow task',
+  'summarize and tag',
+  'workflow task after them',
+  'publish',
+  'last workflow task',
+] as const;
+type Segment = (typeof SEGMENTS)[number];
+
+const { EventType } = temporal.api.enums.v1;
+
+/**
+ * A run's history cut where the pipeline's shape turns: the first workflow task completed, the second activity
+ * completed (summarize and tag both done), the third activity scheduled and completed (publish), the run closed.
+ * Undefined for a history of another shape (a step that failed and was retried).
+ */
+export function segmentsOf(history: temporal.api.history.v1.IHistory): Record<Segment, number> | undefined {
+  const events = history.events ?? [];
+  const ms = (e: temporal.api.history.v1.IHistoryEvent | undefined): number | undefined =>
+    e?.eventTime ? Number(e.eventTime.seconds ?? 0) * 1000 + (e.eventTime.nanos ?? 0) / 1e6 : undefined;
+  const nth = (type: temporal.api.enums.v1.EventType, n: number) =>
+    ms(events.filter((e) => e.eventType === type)[n - 1]);
+  const cuts = [
+    ms(events[0]),
+    nth(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 1),
+    nth(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, 2),
+    nth(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 3),
+    nth(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, 3),
+    ms(events.at(-1)),
+  ];
+  if (cuts.some((t) => t === undefined)) return undefined;
+  if (events.filter((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED).length !== 3)
+    return undefined;
+  const at = cuts as number[];
+  return Object.fromEntries(SEGMENTS.map((name, k) => [name, (at[k + 1] ?? 0) - (at[k] ?? 0)])) as Record<
+    Segment,
+    number
+  >;
+}
+
+/**
+ * Where a pair's difference lies: each segment's p50 over the first pass's pairs, in the pipeline, in the yardstick,
+ * and the p50 of the pairs' differences (which need not add up to the whole's p50).
+ */
+async function historySplit(
+  client: Client,
+  pairs: ReadonlyArray<{ pipeline: string; yardstick: string }>,
+): Promise<PairedOwnCost['historySplitMsPerDoc']> {
+  const split = SEGMENTS.map(() => ({
+    pipeline: [] as number[],
+    yardstick: [] as number[],
+    difference: [] as number[],
+  }));
+  for (const pair of pairs) {
+    const [p, y] = await Promise.all(
+      [pair.pipeline, pair.yardstick].map(async (id) =>
+        segmentsOf(await client.workflow.getHandle(id).fetchHistory()),
+      ),
+    );
+    if (p === undefined || y === undefined) continue;
+    for (const [k, name] of SEGMENTS.entries()) {
+      split[k]?.pipeline.push(p[name]);
+      split[k]?.yardstick.push(y[name]);
+      split[k]?.difference.push(p[name] - y[name]);
+    }
+  }
+  const p50 = (values: number[]) => round(percentile(values, 50), 2);
+  return Object.fromEntries(
+    SEGMENTS.map((name, k) => {
+      const s = split[k] ?? { pipeline: [], yardstick: [], difference: [] };
+      return [
+        name,
+        { pipeline: p50(s.pipeline), yardstick: p50(s.yardstick), difference: p50(s.difference) },
+      ];
+    }),
+  ) as PairedOwnCost['historySplitMsPerDoc'];
 }
 
 /** The pairs, over `docs`, on a pipeline worker already polling `taskQueue` (and a yardstick worker of its own). */
@@ -93,6 +175,7 @@ export async function pairedOwnCost(
   const own: number[] = [];
   const modelMs = new Map<Doc, { summarize: number; tag: number }>();
   const byPass: number[] = [];
+  const firstPass: Array<{ pipeline: string; yardstick: string }> = [];
   // The timing thread warmed first (wink loads its model on first use), as the model's thread is by now.
   for (const doc of docs.slice(0, 3)) await modelTimes(doc);
   await worker.runUntil(async () => {
@@ -103,15 +186,12 @@ export async function pairedOwnCost(
         const times = await modelTimes(doc);
         modelMs.set(doc, times);
         const work = times.summarize + times.tag;
+        const documentId = `bench-${label}-paired-${pass}:${doc.name}`;
+        const yardstickId = `bench-busy-steps-${label}-${i}`;
+        if (pass === 0) firstPass.push({ pipeline: workflowIdFor(documentId), yardstick: yardstickId });
         const pipeline = () =>
-          executeDocument(
-            client,
-            taskQueue,
-            `bench-${label}-paired-${pass}:${doc.name}`,
-            textRefs.get(doc) ?? '',
-            doc.name,
-          );
-        const yardstick = () => runBusySteps(client, yardstickQueue, `bench-busy-steps-${label}-${i}`, times);
+          executeDocument(client, taskQueue, documentId, textRefs.get(doc) ?? '', doc.name);
+        const yardstick = () => runBusySteps(client, yardstickQueue, yardstickId, times);
         let p: number;
         let y: number;
         if (i % 2 === 0) {
@@ -151,6 +231,7 @@ export async function pairedOwnCost(
     ownCostMsPerStepP95: round(percentile(own, 95), 2),
     ownCostMsPerStepP50ByPass: byPass,
     modelMs,
+    historySplitMsPerDoc: await historySplit(client, firstPass),
   };
 }
 
