@@ -191,7 +191,7 @@ export async function pairedOwnCost(
         if (pass === 0) firstPass.push({ pipeline: workflowIdFor(documentId), yardstick: yardstickId });
         const pipeline = () =>
           executeDocument(client, taskQueue, documentId, textRefs.get(doc) ?? '', doc.name);
-        const yardstick = () => runBusySteps(client, yardstickQueue, yardstickId, times);
+        const yardstick = () => runBusySteps(client, yardstickQueue, yardstickId, doc);
         let p: number;
         let y: number;
         if (i % 2 === 0) {
@@ -252,16 +252,18 @@ export async function busyCeiling(
 ): Promise<Row> {
   const taskQueue = `bench-busy-steps-c${concurrency}${suffix}`;
   const { worker } = await yardstickWorker(server, taskQueue);
-  const times = [...modelMs.values()];
+  const docs = [...modelMs.keys()];
   const perDoc: number[] = [];
   const overhead: number[] = [];
   const seconds = await worker.runUntil(() =>
     around(() =>
-      atOnce(times.length, concurrency, async (i) => {
-        const doc = times[i] ?? { summarize: 0, tag: 0 };
+      atOnce(docs.length, concurrency, async (i) => {
+        const doc = docs[i];
+        if (doc === undefined) return;
+        const times = modelMs.get(doc) ?? { summarize: 0, tag: 0 };
         const ms = await runBusySteps(client, taskQueue, `${taskQueue}-${i}`, doc);
         perDoc.push(ms);
-        overhead.push((ms - doc.summarize - doc.tag) / STEPS_PER_DOCUMENT);
+        overhead.push((ms - times.summarize - times.tag) / STEPS_PER_DOCUMENT);
       }),
     ),
   );

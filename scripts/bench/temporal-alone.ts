@@ -4,24 +4,43 @@ import type { Client } from '@temporalio/client';
 import { busySteps, emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
 import { atOnce, STEPS_PER_DOCUMENT, timedRow } from './rows';
-import type { Row } from './rows';
+import type { Doc, Row } from './rows';
 import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
-
-/** The thread the busy yardstick's steps hold, one step at a time, as the offline model's steps hold its own. */
-const spinner = new RequestThread<{ ms: number }, number>(
-  "the busy yardstick's thread",
-  require.resolve('./spin-thread'),
-);
+import { PipelineOptionsSchema } from '../../src/contract';
+import type { OfflineAnswer, OfflineRequest } from '../../src/model/offline-nlp';
 
 /**
- * The yardsticks' activities: nothing, or a thread held for `ms` (the offline model's time on that step), the
- * worker's event loop free meanwhile, as the offline model's own thread leaves it.
+ * The busy yardstick's model: the offline model's own scoring, on a thread of the yardstick's, asked as the offline
+ * model asks its thread (summarize and tag of a document together, sharing one analysis of its text there). It
+ * does the model's CPU work, with the garbage collection and compiling that come with it, and is held up as much
+ * when the server or the worker's thread takes its core: no spin stands in for it, whether timed on the wall clock
+ * (which ends on time however little of it ran) or on the core (which misses the work of V8's helper threads).
+ */
+const scorer = new RequestThread<OfflineRequest, OfflineAnswer>(
+  "the busy yardstick's model thread",
+  require.resolve('../../src/model/offline-thread'),
+);
+const OPTIONS = PipelineOptionsSchema.parse({});
+
+/** The texts the busy yardstick's runs name (by document name: a run's input stays as small as a text's reference). */
+const texts = new Map<string, string>();
+
+/**
+ * The yardsticks' activities: nothing, or the model's scoring of one step on the yardstick's thread, the worker's
+ * event loop free meanwhile, as the offline model's own thread leaves it. Nothing of the project's: no memo, no
+ * stores, no checks, no answer carried back.
  */
 const activities = {
   nothing: async (): Promise<void> => {},
-  busy: async (ms: number): Promise<void> => {
-    await spinner.call({ ms });
+  busy: async (name: string, step: 'summarize' | 'tag'): Promise<void> => {
+    const text = texts.get(name);
+    if (text === undefined) throw new Error(`the busy yardstick has no text named ${name}`);
+    await scorer.call(
+      step === 'summarize'
+        ? { op: 'summarize', text, maxSentences: OPTIONS.maxSummarySentences }
+        : { op: 'tag', text, maxTags: OPTIONS.maxTags },
+    );
   },
 };
 
@@ -79,19 +98,20 @@ export async function runEmptySteps(
   return { row: timedRow(name, concurrency, perDoc, perStep, seconds), histories, code };
 }
 
-/** Runs one document's shape in the busy yardstick: summarize and tag hold the thread as long as the model did. */
+/** Runs one document's shape in the busy yardstick: summarize and tag are the model's scoring of `doc`, on a thread. */
 export async function runBusySteps(
   client: Client,
   taskQueue: string,
   workflowId: string,
-  modelMs: { summarize: number; tag: number },
+  doc: Doc,
 ): Promise<number> {
+  texts.set(doc.name, doc.text);
   const t = performance.now();
   await client.workflow.execute(busySteps, {
     taskQueue,
     workflowId,
     requestEagerStart: true,
-    args: [modelMs.summarize, modelMs.tag],
+    args: [doc.name],
   });
   return performance.now() - t;
 }

@@ -5,7 +5,10 @@
  */
 import { proxyActivities } from '@temporalio/workflow';
 
-const { nothing, busy } = proxyActivities<{ nothing(): Promise<void>; busy(ms: number): Promise<void> }>({
+const { nothing, busy } = proxyActivities<{
+  nothing(): Promise<void>;
+  busy(name: string, step: 'summarize' | 'tag'): Promise<void>;
+}>({
   startToCloseTimeout: '1 minute',
 });
 
@@ -16,10 +19,10 @@ export async function emptySteps(): Promise<void> {
 }
 
 /**
- * Three steps of which summarize and tag hold a thread for as long as the model took on one document, and do
- * nothing else: they finish apart, one after the other, as the offline model's do in the pipeline.
+ * Three steps of which summarize and tag are the model's scoring of one document on a thread, and do nothing else:
+ * they finish apart, one after the other, as the offline model's do in the pipeline.
  */
-export async function busySteps(summarizeMs: number, tagMs: number): Promise<void> {
-  await Promise.all([busy(summarizeMs), busy(tagMs)]);
+export async function busySteps(name: string): Promise<void> {
+  await Promise.all([busy(name, 'summarize'), busy(name, 'tag')]);
   await nothing();
 }

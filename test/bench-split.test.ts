@@ -1,0 +1,33 @@
+/**
+ * The pairs' history split (scripts/bench/paired.ts): `npm run bench` cuts each run of the pipeline and of the busy
+ * yardstick where the pipeline's shape turns, to say where in a run the project's own cost lies.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
+import { segmentsOf } from '../scripts/bench/paired';
+
+describe("the pairs' history split", () => {
+  const history = (name: string) =>
+    historyFromJSON(JSON.parse(fs.readFileSync(path.join(__dirname, 'histories', `${name}.json`), 'utf8')));
+  const ms = (e: { eventTime?: { seconds?: unknown; nanos?: number | null } | null } | undefined) =>
+    Number(e?.eventTime?.seconds ?? 0) * 1000 + (e?.eventTime?.nanos ?? 0) / 1e6;
+
+  it("cuts a run into the pipeline's five segments, which add up to the run", () => {
+    const recorded = history('parallel-tidal-energy');
+    const split = segmentsOf(recorded);
+    assert.ok(split !== undefined, 'a completed run of the pipeline was not split');
+    const events = recorded.events ?? [];
+    const total = ms(events.at(-1)) - ms(events[0]);
+    const sum = Object.values(split).reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum - total) < 0.01, `the segments add up to ${sum} ms, the run took ${total}`);
+    for (const [name, value] of Object.entries(split)) assert.ok(value >= 0, `${name}: ${value} ms`);
+    assert.ok(split['summarize and tag'] > 0, 'the model steps took no time');
+  });
+
+  it('leaves out a run of another shape', () => {
+    assert.equal(segmentsOf(history('parallel-missing-text')), undefined);
+  });
+});
