@@ -124,7 +124,7 @@ async function run(): Promise<void> {
       perStepOverheadMsP50: tunedAtOne?.perStepOverheadMsP50,
       perStepOverheadMsP95: tunedAtOne?.perStepOverheadMsP95,
       // The project's own cost: each document through the pipeline less the same document through Temporal alone
-      // with steps as long as the model's, one at a time, in pairs (scripts/bench/paired.ts); p50 over documents.
+      // with the model's scoring for steps, one at a time, in pairs (scripts/bench/paired.ts); p50 over documents.
       ownCostMsPerStepP50: ownCost,
       ownCostMsPerStepP95: tuned.paired?.ownCostMsPerStepP95,
       ownCostMsPerStepP50ByPass: tuned.paired?.ownCostMsPerStepP50ByPass,

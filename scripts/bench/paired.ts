@@ -1,8 +1,8 @@
 /**
  * The project's own cost per step, measured in pairs. Each document of the corpus, one at a time, is timed three
  * ways back to back: the model's work on it in this process (summarize, then tag), the pipeline (started eagerly),
- * and the busy yardstick, whose summarize and tag hold the worker's thread as long as the model just took and do
- * nothing else (scripts/bench/workflows.ts). The two runs go in turn first, so a drift of the machine between them
+ * and the busy yardstick, whose summarize and tag are the model's own scoring of the document on a thread, and
+ * nothing else (scripts/bench/temporal-alone.ts). The two runs go in turn first, so a drift of the machine between them
  * falls on both sides alike, and the document's own cost is their difference over its three steps: what the
  * project's code costs on top of Temporal running the same shape, with the same gaps between the steps.
  *
@@ -49,9 +49,9 @@ const timing = new RequestThread<OfflineRequest, number>(
 
 /**
  * The model's time on one document: its scoring on a thread of its own, timed there (summary first, so the tags
- * reuse its analysis as they do in the model's thread), what the busy yardstick's steps hold their thread for.
- * Not timed around a call to the model: that would count the messages there and back, which the yardstick pays
- * again for its own; nor on this thread, whose heap the scoring's garbage would leave to the runs that follow.
+ * reuse its analysis as they do in the model's thread): the work the rows' per-step overhead leaves out. Not timed
+ * around a call to the model, which would count the messages there and back; nor on this thread, whose heap the
+ * scoring's garbage would leave to the runs that follow.
  */
 async function modelTimes(doc: Doc): Promise<{ summarize: number; tag: number }> {
   const summarize = await timing.call({
@@ -71,7 +71,7 @@ export interface PairedOwnCost {
   ownCostMsPerStepP95: number;
   /** The p50 of each pass over the corpus alone: how much one reading moves within a run. */
   ownCostMsPerStepP50ByPass: number[];
-  /** Each document's model times, as the busy yardstick's steps held the thread for them. */
+  /** Each document's model times (the rows' per-step overhead leaves them out); the busy yardstick runs its keys. */
   modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>;
   /** Where the difference lies in a run: its histories' segments, pipeline and yardstick (see historySplit). */
   historySplitMsPerDoc: Record<Segment, { pipeline: number; yardstick: number; difference: number }>;
@@ -236,8 +236,8 @@ export async function pairedOwnCost(
 }
 
 /**
- * The busy yardstick, `concurrency` documents at once: Temporal running the pipeline's shape with the model's CPU
- * time on a thread of its own, as the offline model's, and nothing of the project's: the ceiling measured, beside
+ * The busy yardstick, `concurrency` documents at once: Temporal running the pipeline's shape with the model's
+ * scoring on a thread of its own, as the offline model's, and nothing of the project's: the ceiling measured, beside
  * the modelled one.
  */
 export async function busyCeiling(
