@@ -648,15 +648,27 @@ describe('chaos', { concurrency: true }, () => {
             }
           }
           feeding = false;
+          const planEnded = Date.now();
           const fed = await Promise.race([
             feeder.then(() => true),
             sleep(Math.max(0, settleBy - Date.now()), false, { ref: false }),
           ]);
           if (!fed) {
+            // Past the deadline already when the plan ended (its events waited out moments that never came, as when
+            // no run moves): what the runs were waiting on says why, more than the feeder does.
             const stuck = submitting
-              ? `the submission of ${submitting.source}, under way for ${Date.now() - submitting.since} ms`
-              : 'the feeder';
-            assert.fail(`${stuck} never returned`);
+              ? `the submission of ${submitting.source}, under way for ${Date.now() - submitting.since} ms, never returned`
+              : planEnded >= settleBy
+                ? `the plan's events ran past the final waits' deadline (${Math.round((planEnded - startedAt) / 1000)} s in)`
+                : 'the feeder never returned';
+            const current = env?.client;
+            const open =
+              current === undefined
+                ? []
+                : await unfinishedRuns(current, [...versions.keys()], Date.now() + 10_000);
+            const lines = current === undefined ? [] : await diagnosis(current, open, stores, model);
+            for (const line of lines) log(`stuck: ${line}`);
+            assert.fail(`${stuck}; ${open.length} run(s) open:\n${lines.join('\n')}`);
           }
 
           // Nothing lost: every document's latest run completes, before the test's own deadline; a run still
