@@ -487,6 +487,16 @@ describe('chaos', { concurrency: true }, () => {
           // leaves a claim alone for a while: a POST may be under way, and a claim on a receiver that has echoed a
           // key is sent again by the next retry without anyone's help.
           const verdicts = { delivered: 0, unsent: 0 };
+          /** Fails the test with what each open run waits on, also logged as it is found. */
+          const failWithOpenRuns = async (
+            client: Client,
+            heading: string,
+            open: string[],
+          ): Promise<never> => {
+            const lines = await diagnosis(client, open, stores, model);
+            for (const line of lines) log(`stuck: ${line}`);
+            assert.fail(`${heading}:\n${lines.join('\n')}`);
+          };
           // As `npm run deliveries -- resolve` does: the held run looks at the ledger now, not at its next timer
           // (30 s, then doubling), which a run held more than once would wait out past the test's deadline.
           const wake = async (workflowId: string): Promise<void> => {
@@ -637,10 +647,8 @@ describe('chaos', { concurrency: true }, () => {
               const client = env?.client;
               if (first !== undefined && client !== undefined) {
                 const open = await unfinishedRuns(client, [first.documentId], settleBy);
-                if (open.length > 0) {
-                  const lines = await diagnosis(client, open, stores, model);
-                  assert.fail(`the first document's run did not finish:\n${lines.join('\n')}`);
-                }
+                if (open.length > 0)
+                  await failWithOpenRuns(client, "the first document's run did not finish", open);
                 const text = `${first.bytes.toString('utf8')}\n\nRevised during the chaos run: a second version.\n`;
                 await submit({ ...first, bytes: Buffer.from(text, 'utf8') });
                 log(`edited ${first.source} and submitted it again (version 2 of ${first.documentId})`);
@@ -662,13 +670,9 @@ describe('chaos', { concurrency: true }, () => {
                 ? `the plan's events ran past the final waits' deadline (${Math.round((planEnded - startedAt) / 1000)} s in)`
                 : 'the feeder never returned';
             const current = env?.client;
-            const open =
-              current === undefined
-                ? []
-                : await unfinishedRuns(current, [...versions.keys()], Date.now() + 10_000);
-            const lines = current === undefined ? [] : await diagnosis(current, open, stores, model);
-            for (const line of lines) log(`stuck: ${line}`);
-            assert.fail(`${stuck}; ${open.length} run(s) open:\n${lines.join('\n')}`);
+            if (current === undefined) assert.fail(`${stuck}; the dev server was restarting`);
+            const open = await unfinishedRuns(current, [...versions.keys()], Date.now() + 10_000);
+            await failWithOpenRuns(current, `${stuck}; ${open.length} run(s) open`, open);
           }
 
           // Nothing lost: every document's latest run completes, before the test's own deadline; a run still
@@ -676,11 +680,8 @@ describe('chaos', { concurrency: true }, () => {
           const client = env?.client;
           assert.ok(client);
           const unfinished = await unfinishedRuns(client, [...versions.keys()], settleBy);
-          if (unfinished.length > 0) {
-            const lines = await diagnosis(client, unfinished, stores, model);
-            for (const line of lines) log(`stuck: ${line}`);
-            assert.fail(`${unfinished.length} run(s) did not finish:\n${lines.join('\n')}`);
-          }
+          if (unfinished.length > 0)
+            await failWithOpenRuns(client, `${unfinished.length} run(s) did not finish`, unfinished);
           operating = false;
           await operator;
           const finishedAt = Date.now();
