@@ -162,7 +162,9 @@ describe('the embedded server', { skip: process.platform !== 'linux' && 'reads /
     const { code, at } = await run.exited;
     const after = run.output().slice(before);
     assert.equal(code, 130, run.output());
-    assert.ok(at - signalled < 6_000, `Ctrl-C took ${at - signalled} ms:\n${after}`);
+    // The slow ways out are the worker's grace (25 s) and the server's SIGKILL after 10 s of SIGTERM; the step under
+    // way has at most 2 s left. A loaded machine has taken 6.5 s for the rest, so the bound sits below 10 s only.
+    assert.ok(at - signalled < 9_500, `Ctrl-C took ${at - signalled} ms:\n${after}`);
     assert.match(
       after,
       /SIGINT: stopping once the steps under way finish .* Finished steps are recorded in /,
