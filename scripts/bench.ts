@@ -128,6 +128,13 @@ async function run(): Promise<void> {
       ownCostMsPerStepP50: ownCost,
       ownCostMsPerStepP95: tuned.paired?.ownCostMsPerStepP95,
       ownCostMsPerStepP50ByPass: tuned.paired?.ownCostMsPerStepP50ByPass,
+      // The first pass also ran the busy yardstick with the pipeline's one patch: what carrying `patched()` costs a
+      // run (Temporal's marker and search-attribute upsert), and the own cost beside it.
+      patchMsPerStepP50: tuned.paired?.patchMsPerStepP50,
+      ownCostMsPerStepP50BesidePatch: tuned.paired?.ownCostMsPerStepP50BesidePatch,
+      // One durable commit where the steps make it, beside the Temporal server's writes (the memo answer's phase,
+      // p50: a SQLite commit and an fdatasync of its log): the unit the own cost is held against.
+      durableCommitMsP50InSitu: tuned.breakdown?.phases['memo answer']?.p50Ms,
       // The same, read as the eager row's per-step overhead less the no-op yardstick's, each from its own run: it
       // also counts the workflow task that the pipeline's steps ending apart cost Temporal.
       ownCostMsPerStepP50AgainstNoOpYardstick: ownCostNoOp,
@@ -185,6 +192,9 @@ async function run(): Promise<void> {
     console.log(
       `Own cost per step p50 (each document, pipeline less the busy yardstick, in pairs): ${ownCost ?? '?'} ms ` +
         `(p95 ${tuned.paired?.ownCostMsPerStepP95 ?? '?'}; by pass ${tuned.paired?.ownCostMsPerStepP50ByPass.join(', ') ?? '?'}; ` +
+        `the patch ${tuned.paired?.patchMsPerStepP50 ?? '?'} ms of it, the rest beside it ` +
+        `${tuned.paired?.ownCostMsPerStepP50BesidePatch ?? '?'}; a durable commit in situ ` +
+        `${results.durableCommitMsP50InSitu ?? '?'} ms; ` +
         `the eager row less the no-op yardstick: ` +
         `${ownCostNoOp ?? '?'} ms). Throughput ceiling in the table's rows ${ceiling} docs/s, the higher of ` +
         `the modelled ${modelled} (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a document) ` +

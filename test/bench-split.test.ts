@@ -1,13 +1,15 @@
 /**
  * The pairs' history split (scripts/bench/paired.ts): `npm run bench` cuts each run of the pipeline and of the busy
- * yardstick where the pipeline's shape turns, to say where in a run the project's own cost lies.
+ * yardstick where the pipeline's shape turns, to say where in a run the project's own cost lies; and the stretch
+ * before a run's first step, where the pipeline's patch puts its marker and search-attribute upsert.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
-import { segmentsOf } from '../scripts/bench/paired';
+import { temporal } from '@temporalio/proto';
+import { segmentsOf, untilFirstStep } from '../scripts/bench/paired';
 
 describe("the pairs' history split", () => {
   const history = (name: string) =>
@@ -29,5 +31,25 @@ describe("the pairs' history split", () => {
 
   it('leaves out a run of another shape', () => {
     assert.equal(segmentsOf(history('parallel-missing-text')), undefined);
+  });
+
+  it("times a run's start to its first step, with the patch's marker and upsert inside it", () => {
+    const { EventType } = temporal.api.enums.v1;
+    const recorded = history('parallel-tidal-energy');
+    const events = recorded.events ?? [];
+    const first = events.find((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED);
+    const stretch = untilFirstStep(recorded);
+    assert.ok(stretch !== undefined && first !== undefined);
+    assert.ok(Math.abs(stretch - (ms(first) - ms(events[0]))) < 0.01, `${stretch} ms`);
+    const patch = events.filter(
+      (e) =>
+        e.eventType === EventType.EVENT_TYPE_MARKER_RECORDED ||
+        e.eventType === EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+    );
+    assert.equal(patch.length, 2, "the recorded run does not carry the patch's two events");
+    for (const e of patch) assert.ok(ms(e) <= ms(first), 'a patch event came after the first step');
+    // A run whose first workflow task has not scheduled anything yet has no such stretch.
+    const cut = { events: events.slice(0, events.indexOf(first)) };
+    assert.equal(untilFirstStep(cut), undefined);
   });
 });

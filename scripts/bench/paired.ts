@@ -71,6 +71,9 @@ export interface PairedOwnCost {
   ownCostMsPerStepP95: number;
   /** The p50 of each pass over the corpus alone: how much one reading moves within a run. */
   ownCostMsPerStepP50ByPass: number[];
+  /** What carrying the pipeline's patch costs a run, per step, p50, and the own cost less it (see patchCost). */
+  patchMsPerStepP50: number;
+  ownCostMsPerStepP50BesidePatch: number;
   /** Each document's model times (the rows' per-step overhead leaves them out); the busy yardstick runs its keys. */
   modelMs: ReadonlyMap<Doc, { summarize: number; tag: number }>;
   /** Where the difference lies in a run: its histories' segments, pipeline and yardstick (see historySplit). */
@@ -156,6 +159,44 @@ async function historySplit(
   ) as PairedOwnCost['historySplitMsPerDoc'];
 }
 
+/** From a run's start to its first activity scheduled: its first workflow task, and the commands it sent. */
+export function untilFirstStep(history: temporal.api.history.v1.IHistory): number | undefined {
+  const events = history.events ?? [];
+  const first = events.find((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED);
+  const ms = (e: temporal.api.history.v1.IHistoryEvent | undefined): number | undefined =>
+    e?.eventTime ? Number(e.eventTime.seconds ?? 0) * 1000 + (e.eventTime.nanos ?? 0) / 1e6 : undefined;
+  const [start, end] = [ms(events[0]), ms(first)];
+  return start === undefined || end === undefined ? undefined : end - start;
+}
+
+/**
+ * What Temporal charges a run for carrying the pipeline's one patch, from the first pass's busy yardstick run
+ * with the patch and without it: the `patched()` call's marker and the search-attribute upsert the SDK sends with
+ * it both come before the first step is scheduled, so the difference of that stretch of the two histories is the
+ * patch's, without the model's time in it, which makes whole runs too noisy to tell a millisecond apart. Per step,
+ * p50 of the pairs; and the own cost less it.
+ */
+async function patchCost(
+  client: Client,
+  runs: ReadonlyArray<{ plain: string; patched: string }>,
+  ownCostPerStep: number,
+): Promise<{ patchMsPerStepP50: number; ownCostMsPerStepP50BesidePatch: number }> {
+  const differences: number[] = [];
+  for (const run of runs) {
+    const [plain, patched] = await Promise.all(
+      [run.plain, run.patched].map(async (id) =>
+        untilFirstStep(await client.workflow.getHandle(id).fetchHistory()),
+      ),
+    );
+    if (plain !== undefined && patched !== undefined) differences.push(patched - plain);
+  }
+  const perStep = percentile(differences, 50) / STEPS_PER_DOCUMENT;
+  return {
+    patchMsPerStepP50: round(perStep, 2),
+    ownCostMsPerStepP50BesidePatch: round(ownCostPerStep - perStep, 2),
+  };
+}
+
 /** The pairs, over `docs`, on a pipeline worker already polling `taskQueue` (and a yardstick worker of its own). */
 export async function pairedOwnCost(
   server: Server,
@@ -176,6 +217,7 @@ export async function pairedOwnCost(
   const modelMs = new Map<Doc, { summarize: number; tag: number }>();
   const byPass: number[] = [];
   const firstPass: Array<{ pipeline: string; yardstick: string }> = [];
+  const withPatch: Array<{ plain: string; patched: string }> = [];
   // The timing thread warmed first (wink loads its model on first use), as the model's thread is by now.
   for (const doc of docs.slice(0, 3)) await modelTimes(doc);
   await worker.runUntil(async () => {
@@ -192,15 +234,28 @@ export async function pairedOwnCost(
         const pipeline = () =>
           executeDocument(client, taskQueue, documentId, textRefs.get(doc) ?? '', doc.name);
         const yardstick = () => runBusySteps(client, yardstickQueue, yardstickId, doc);
+        // The first pass runs the yardstick with the pipeline's patch as well (what carrying it costs a run), before,
+        // between or after the pair in turn.
+        const patched =
+          pass === 0
+            ? () => runBusySteps(client, yardstickQueue, `${yardstickId}-patched`, doc, { withPatch: true })
+            : undefined;
+        const at = n % 3;
+        let yp: number | undefined;
+        if (patched !== undefined && at === 0) yp = await patched();
         let p: number;
         let y: number;
         if (i % 2 === 0) {
           p = await pipeline();
+          if (patched !== undefined && at === 1) yp = await patched();
           y = await yardstick();
         } else {
           y = await yardstick();
+          if (patched !== undefined && at === 1) yp = await patched();
           p = await pipeline();
         }
+        if (patched !== undefined && at === 2) yp = await patched();
+        if (yp !== undefined) withPatch.push({ plain: yardstickId, patched: `${yardstickId}-patched` });
         pipelineMs.push(p);
         yardstickMs.push(y);
         pipelineOverhead.push((p - work) / STEPS_PER_DOCUMENT);
@@ -230,6 +285,7 @@ export async function pairedOwnCost(
     ownCostMsPerStepP50: round(percentile(own, 50), 2),
     ownCostMsPerStepP95: round(percentile(own, 95), 2),
     ownCostMsPerStepP50ByPass: byPass,
+    ...(await patchCost(client, withPatch, percentile(own, 50))),
     modelMs,
     historySplitMsPerDoc: await historySplit(client, firstPass),
   };

@@ -3,7 +3,7 @@
  * their own, so that what a step costs in Temporal alone, on the same server and worker settings, stands beside
  * what it costs in the pipeline. Bundled by scripts/bench/temporal-alone.ts only; no worker of the project runs it.
  */
-import { proxyActivities } from '@temporalio/workflow';
+import { patched, proxyActivities } from '@temporalio/workflow';
 
 const { nothing, busy } = proxyActivities<{
   nothing(): Promise<void>;
@@ -25,4 +25,15 @@ export async function emptySteps(): Promise<void> {
 export async function busySteps(name: string): Promise<void> {
   await Promise.all([busy(name, 'summarize'), busy(name, 'tag')]);
   await nothing();
+}
+
+/**
+ * The busy yardstick with the pipeline's one patch: the same `patched('parallel-model-steps')` call before the
+ * steps, so its marker and the search-attribute upsert the SDK adds for it are in the run, as in every new pipeline
+ * run. The difference from busySteps is what Temporal charges a run for carrying the patch.
+ */
+export async function busyStepsPatched(name: string): Promise<void> {
+  if (!patched('parallel-model-steps'))
+    throw new Error('a new run took the branch of runs recorded before the patch');
+  await busySteps(name);
 }
