@@ -128,13 +128,17 @@ async function run(): Promise<void> {
       ownCostMsPerStepP50: ownCost,
       ownCostMsPerStepP95: tuned.paired?.ownCostMsPerStepP95,
       ownCostMsPerStepP50ByPass: tuned.paired?.ownCostMsPerStepP50ByPass,
-      // The first pass also ran the busy yardstick with the pipeline's one patch: what carrying `patched()` costs a
-      // run (Temporal's marker and search-attribute upsert), and the own cost beside it.
+      // What carrying the pipeline's one `patched()` costs a run (Temporal's marker and search-attribute upsert: the
+      // no-op yardstick with and without it, after the passes), and the own cost beside it.
       patchMsPerStepP50: tuned.paired?.patchMsPerStepP50,
       ownCostMsPerStepP50BesidePatch: tuned.paired?.ownCostMsPerStepP50BesidePatch,
       // One durable commit where the steps make it, beside the Temporal server's writes (the memo answer's phase,
       // p50: a SQLite commit and an fdatasync of its log): the unit the own cost is held against.
       durableCommitMsP50InSitu: tuned.breakdown?.phases['memo answer']?.p50Ms,
+      // The same in each pass of the pairs, beside ownCostMsPerStepP50ByPass.
+      durableCommitMsP50ByPass: tuned.paired?.durableCommitMsP50ByPass,
+      // Each pass's p50 run, pipeline and busy yardstick: which of the two moves from pass to pass.
+      pairedMsPerDocP50ByPass: tuned.paired?.msPerDocP50ByPass,
       // The same, read as the eager row's per-step overhead less the no-op yardstick's, each from its own run: it
       // also counts the workflow task that the pipeline's steps ending apart cost Temporal.
       ownCostMsPerStepP50AgainstNoOpYardstick: ownCostNoOp,
@@ -194,7 +198,8 @@ async function run(): Promise<void> {
         `(p95 ${tuned.paired?.ownCostMsPerStepP95 ?? '?'}; by pass ${tuned.paired?.ownCostMsPerStepP50ByPass.join(', ') ?? '?'}; ` +
         `the patch ${tuned.paired?.patchMsPerStepP50 ?? '?'} ms of it, the rest beside it ` +
         `${tuned.paired?.ownCostMsPerStepP50BesidePatch ?? '?'}; a durable commit in situ ` +
-        `${results.durableCommitMsP50InSitu ?? '?'} ms; ` +
+        `${results.durableCommitMsP50InSitu ?? '?'} ms, by pass ` +
+        `${tuned.paired?.durableCommitMsP50ByPass.join(', ') ?? '?'}; ` +
         `the eager row less the no-op yardstick: ` +
         `${ownCostNoOp ?? '?'} ms). Throughput ceiling in the table's rows ${ceiling} docs/s, the higher of ` +
         `the modelled ${modelled} (Temporal alone ${aloneBest}, model ${round(plain.msPerDoc)} ms a document) ` +

@@ -18,8 +18,10 @@ import { RequestThread } from '../../src/lib/thread';
 import type { OfflineRequest } from '../../src/model/offline-nlp';
 import { atOnce, percentile, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
+import type { PhaseRecorder } from './breakdown';
 import type { Server } from './server';
 import { runBusySteps, yardstickWorker } from './temporal-alone';
+import { emptySteps, emptyStepsPatched } from './workflows';
 
 const OPTIONS = PipelineOptionsSchema.parse({});
 
@@ -71,6 +73,10 @@ export interface PairedOwnCost {
   ownCostMsPerStepP95: number;
   /** The p50 of each pass over the corpus alone: how much one reading moves within a run. */
   ownCostMsPerStepP50ByPass: number[];
+  /** Each pass's durable commit where the steps make it (the memo answer's phase, p50), when a phase timer was given. */
+  durableCommitMsP50ByPass: number[];
+  /** Each pass's p50 of a document's run, in the pipeline and in the busy yardstick: which side moves from pass to pass. */
+  msPerDocP50ByPass: { pipeline: number[]; yardstick: number[] };
   /** What carrying the pipeline's patch costs a run, per step, p50, and the own cost less it (see patchCost). */
   patchMsPerStepP50: number;
   ownCostMsPerStepP50BesidePatch: number;
@@ -170,24 +176,29 @@ export function untilFirstStep(history: temporal.api.history.v1.IHistory): numbe
 }
 
 /**
- * What Temporal charges a run for carrying the pipeline's one patch, from the first pass's busy yardstick run
- * with the patch and without it: the `patched()` call's marker and the search-attribute upsert the SDK sends with
- * it both come before the first step is scheduled, so the difference of that stretch of the two histories is the
- * patch's, without the model's time in it, which makes whole runs too noisy to tell a millisecond apart. Per step,
- * p50 of the pairs; and the own cost less it.
+ * What Temporal charges a run for carrying the pipeline's one patch: `count` pairs of the no-op yardstick with the
+ * patch and without it (emptyStepsPatched, emptySteps), on the yardstick's worker, each first in turn, after the
+ * passes (so the pairs' runs are as before). The `patched()` call's marker and the search-attribute upsert the SDK
+ * sends with it both come before the first step is scheduled, so the difference of that stretch of the two
+ * histories is the patch's, with nothing of the steps in it. Per step, p50 of the pairs; and the own cost less it.
  */
 async function patchCost(
   client: Client,
-  runs: ReadonlyArray<{ plain: string; patched: string }>,
+  taskQueue: string,
+  count: number,
   ownCostPerStep: number,
 ): Promise<{ patchMsPerStepP50: number; ownCostMsPerStepP50BesidePatch: number }> {
+  const stretch = async (workflow: typeof emptySteps, workflowId: string): Promise<number | undefined> => {
+    await client.workflow.execute(workflow, { taskQueue, workflowId, requestEagerStart: true });
+    return untilFirstStep(await client.workflow.getHandle(workflowId).fetchHistory());
+  };
   const differences: number[] = [];
-  for (const run of runs) {
-    const [plain, patched] = await Promise.all(
-      [run.plain, run.patched].map(async (id) =>
-        untilFirstStep(await client.workflow.getHandle(id).fetchHistory()),
-      ),
-    );
+  for (let i = 0; i < count; i++) {
+    const id = `${taskQueue}-patch-${i}`;
+    const plainFirst = i % 2 === 0;
+    const before = plainFirst ? await stretch(emptySteps, `${id}-plain`) : undefined;
+    const patched = await stretch(emptyStepsPatched, `${id}-patched`);
+    const plain = plainFirst ? before : await stretch(emptySteps, `${id}-plain`);
     if (plain !== undefined && patched !== undefined) differences.push(patched - plain);
   }
   const perStep = percentile(differences, 50) / STEPS_PER_DOCUMENT;
@@ -206,6 +217,8 @@ export async function pairedOwnCost(
   docs: readonly Doc[],
   label: string,
   passes: number,
+  /** The pipeline worker's phase timer: each pass's durable commit (the memo answer's phase) is read off it. */
+  phases?: PhaseRecorder,
 ): Promise<PairedOwnCost> {
   const yardstickQueue = `bench-busy-steps-${label}`;
   const { worker } = await yardstickWorker(server, yardstickQueue);
@@ -216,13 +229,17 @@ export async function pairedOwnCost(
   const own: number[] = [];
   const modelMs = new Map<Doc, { summarize: number; tag: number }>();
   const byPass: number[] = [];
+  const commitByPass: number[] = [];
+  const runsByPass = { pipeline: [] as number[], yardstick: [] as number[] };
   const firstPass: Array<{ pipeline: string; yardstick: string }> = [];
-  const withPatch: Array<{ plain: string; patched: string }> = [];
+  let patch = { patchMsPerStepP50: NaN, ownCostMsPerStepP50BesidePatch: NaN };
   // The timing thread warmed first (wink loads its model on first use), as the model's thread is by now.
   for (const doc of docs.slice(0, 3)) await modelTimes(doc);
   await worker.runUntil(async () => {
     for (let pass = 0; pass < passes; pass++) {
+      phases?.reset();
       const ownThisPass: number[] = [];
+      const runsThisPass = { pipeline: [] as number[], yardstick: [] as number[] };
       for (const [n, doc] of docs.entries()) {
         const i = pass * docs.length + n;
         const times = await modelTimes(doc);
@@ -234,37 +251,31 @@ export async function pairedOwnCost(
         const pipeline = () =>
           executeDocument(client, taskQueue, documentId, textRefs.get(doc) ?? '', doc.name);
         const yardstick = () => runBusySteps(client, yardstickQueue, yardstickId, doc);
-        // The first pass runs the yardstick with the pipeline's patch as well (what carrying it costs a run), before,
-        // between or after the pair in turn.
-        const patched =
-          pass === 0
-            ? () => runBusySteps(client, yardstickQueue, `${yardstickId}-patched`, doc, { withPatch: true })
-            : undefined;
-        const at = n % 3;
-        let yp: number | undefined;
-        if (patched !== undefined && at === 0) yp = await patched();
         let p: number;
         let y: number;
         if (i % 2 === 0) {
           p = await pipeline();
-          if (patched !== undefined && at === 1) yp = await patched();
           y = await yardstick();
         } else {
           y = await yardstick();
-          if (patched !== undefined && at === 1) yp = await patched();
           p = await pipeline();
         }
-        if (patched !== undefined && at === 2) yp = await patched();
-        if (yp !== undefined) withPatch.push({ plain: yardstickId, patched: `${yardstickId}-patched` });
         pipelineMs.push(p);
         yardstickMs.push(y);
         pipelineOverhead.push((p - work) / STEPS_PER_DOCUMENT);
         yardstickOverhead.push((y - work) / STEPS_PER_DOCUMENT);
         own.push((p - y) / STEPS_PER_DOCUMENT);
         ownThisPass.push((p - y) / STEPS_PER_DOCUMENT);
+        runsThisPass.pipeline.push(p);
+        runsThisPass.yardstick.push(y);
       }
       byPass.push(round(percentile(ownThisPass, 50), 2));
+      runsByPass.pipeline.push(round(percentile(runsThisPass.pipeline, 50), 2));
+      runsByPass.yardstick.push(round(percentile(runsThisPass.yardstick, 50), 2));
+      const commit = phases?.summary(docs.length, STEPS_PER_DOCUMENT)['memo answer']?.p50Ms;
+      if (commit !== undefined) commitByPass.push(commit);
     }
+    patch = await patchCost(client, yardstickQueue, docs.length, percentile(own, 50));
   });
   const seconds = (times: number[]) => times.reduce((a, b) => a + b, 0) / 1000;
   return {
@@ -285,7 +296,9 @@ export async function pairedOwnCost(
     ownCostMsPerStepP50: round(percentile(own, 50), 2),
     ownCostMsPerStepP95: round(percentile(own, 95), 2),
     ownCostMsPerStepP50ByPass: byPass,
-    ...(await patchCost(client, withPatch, percentile(own, 50))),
+    durableCommitMsP50ByPass: commitByPass,
+    msPerDocP50ByPass: runsByPass,
+    ...patch,
     modelMs,
     historySplitMsPerDoc: await historySplit(client, firstPass),
   };

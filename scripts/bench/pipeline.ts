@@ -112,6 +112,7 @@ export async function pipelineRuns(
           docs,
           options.label,
           options.extras ? 3 : 1,
+          phases,
         );
         rows.push(result.paired.pipeline, result.paired.yardstick);
         // The throughput fraction in rounds: the pipeline's best and the ceiling's parts back to back each round.

@@ -1,7 +1,7 @@
 import { Worker } from '@temporalio/worker';
 import { RequestThread } from '../../src/lib/thread';
 import type { Client } from '@temporalio/client';
-import { busySteps, busyStepsPatched, emptySteps } from './workflows';
+import { busySteps, emptySteps } from './workflows';
 import { bundleFromSource } from './bundle';
 import { atOnce, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
@@ -98,20 +98,16 @@ export async function runEmptySteps(
   return { row: timedRow(name, concurrency, perDoc, perStep, seconds), histories, code };
 }
 
-/**
- * Runs one document's shape in the busy yardstick: summarize and tag are the model's scoring of `doc`, on a thread;
- * `withPatch` adds the pipeline's patch (busyStepsPatched).
- */
+/** Runs one document's shape in the busy yardstick: summarize and tag are the model's scoring of `doc`, on a thread. */
 export async function runBusySteps(
   client: Client,
   taskQueue: string,
   workflowId: string,
   doc: Doc,
-  { withPatch = false } = {},
 ): Promise<number> {
   texts.set(doc.name, doc.text);
   const t = performance.now();
-  await client.workflow.execute(withPatch ? busyStepsPatched : busySteps, {
+  await client.workflow.execute(busySteps, {
     taskQueue,
     workflowId,
     requestEagerStart: true,
