@@ -54,13 +54,16 @@ export interface HistorySplit {
 
 const { EventType } = temporal.api.enums.v1;
 
-/** Splits `history` by the event times the server wrote (its clock, its rounding: tenths of a millisecond). */
+/** An event's time as the server wrote it (its clock, its rounding: tenths of a millisecond), in epoch ms. */
+export function eventMs(e: temporal.api.history.v1.IHistoryEvent | undefined): number | undefined {
+  const t = e?.eventTime;
+  return t ? Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6 : undefined;
+}
+
+/** Splits `history` by the event times the server wrote. */
 export function splitHistory(history: temporal.api.history.v1.IHistory): HistorySplit {
   const events = history.events ?? [];
-  const ms = (e: (typeof events)[number]): number => {
-    const t = e.eventTime;
-    return t ? Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6 : 0;
-  };
+  const ms = (e: (typeof events)[number]): number => eventMs(e) ?? 0;
   const startedAt = new Map<number, number>();
   let workflowTaskMs = 0;
   let activityMs = 0;

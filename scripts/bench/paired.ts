@@ -18,6 +18,7 @@ import { RequestThread } from '../../src/lib/thread';
 import type { OfflineRequest } from '../../src/model/offline-nlp';
 import { atOnce, percentile, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
+import { eventMs } from './breakdown';
 import type { PhaseRecorder } from './breakdown';
 import type { Server } from './server';
 import { runBusySteps, yardstickWorker } from './temporal-alone';
@@ -105,17 +106,15 @@ const { EventType } = temporal.api.enums.v1;
  */
 export function segmentsOf(history: temporal.api.history.v1.IHistory): Record<Segment, number> | undefined {
   const events = history.events ?? [];
-  const ms = (e: temporal.api.history.v1.IHistoryEvent | undefined): number | undefined =>
-    e?.eventTime ? Number(e.eventTime.seconds ?? 0) * 1000 + (e.eventTime.nanos ?? 0) / 1e6 : undefined;
   const nth = (type: temporal.api.enums.v1.EventType, n: number) =>
-    ms(events.filter((e) => e.eventType === type)[n - 1]);
+    eventMs(events.filter((e) => e.eventType === type)[n - 1]);
   const cuts = [
-    ms(events[0]),
+    eventMs(events[0]),
     nth(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 1),
     nth(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, 2),
     nth(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 3),
     nth(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, 3),
-    ms(events.at(-1)),
+    eventMs(events.at(-1)),
   ];
   if (cuts.some((t) => t === undefined)) return undefined;
   if (events.filter((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED).length !== 3)
@@ -169,9 +168,7 @@ async function historySplit(
 export function untilFirstStep(history: temporal.api.history.v1.IHistory): number | undefined {
   const events = history.events ?? [];
   const first = events.find((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED);
-  const ms = (e: temporal.api.history.v1.IHistoryEvent | undefined): number | undefined =>
-    e?.eventTime ? Number(e.eventTime.seconds ?? 0) * 1000 + (e.eventTime.nanos ?? 0) / 1e6 : undefined;
-  const [start, end] = [ms(events[0]), ms(first)];
+  const [start, end] = [eventMs(events[0]), eventMs(first)];
   return start === undefined || end === undefined ? undefined : end - start;
 }
 

@@ -12,7 +12,7 @@ import { prebuiltBundle } from '../../src/temporal/bundle';
 import { createPipelineWorker } from '../../src/temporal/worker';
 import { peakMiB } from '../memory';
 import { bundleFromSource } from './bundle';
-import { PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
+import { eventMs, PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
 import { atOnce, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
 import type { Doc, Row } from './rows';
 import { busyCeiling, executeDocument, pairedOwnCost } from './paired';
@@ -233,11 +233,7 @@ async function runBatch(
     entries.map(async (entry, i) => {
       const history = await client.workflow.getHandle(workflowIdFor(entry.documentId)).fetchHistory();
       const all = history.events ?? [];
-      const ms = (e: (typeof all)[number] | undefined): number => {
-        const t = e?.eventTime;
-        return t ? Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6 : 0;
-      };
-      const duration = ms(all[all.length - 1]) - ms(all[0]);
+      const duration = (eventMs(all.at(-1)) ?? 0) - (eventMs(all[0]) ?? 0);
       perDoc.push(duration);
       overhead.push((duration - (workMs.get(docs[i]?.name ?? '') ?? 0)) / STEPS_PER_DOCUMENT);
       events += all.length;
