@@ -78,7 +78,7 @@ export interface PairedOwnCost {
   durableCommitMsP50ByPass: number[];
   /** Each pass's p50 of a document's run, in the pipeline and in the busy yardstick: which side moves from pass to pass. */
   msPerDocP50ByPass: { pipeline: number[]; yardstick: number[] };
-  /** What carrying the pipeline's patch costs a run, per step, p50, and the own cost less it (see patchCost). */
+  /** What carrying the pipeline's patch costs a run, per step, p50, and the own cost less it (see patchMsPerStep). */
   patchMsPerStepP50: number;
   ownCostMsPerStepP50BesidePatch: number;
   /** Each document's model times (the rows' per-step overhead leaves them out); the busy yardstick runs its keys. */
@@ -177,14 +177,9 @@ export function untilFirstStep(history: temporal.api.history.v1.IHistory): numbe
  * patch and without it (emptyStepsPatched, emptySteps), on the yardstick's worker, each first in turn, after the
  * passes (so the pairs' runs are as before). The `patched()` call's marker and the search-attribute upsert the SDK
  * sends with it both come before the first step is scheduled, so the difference of that stretch of the two
- * histories is the patch's, with nothing of the steps in it. Per step, p50 of the pairs; and the own cost less it.
+ * histories is the patch's, with nothing of the steps in it. Per step, p50 of the pairs.
  */
-async function patchCost(
-  client: Client,
-  taskQueue: string,
-  count: number,
-  ownCostPerStep: number,
-): Promise<{ patchMsPerStepP50: number; ownCostMsPerStepP50BesidePatch: number }> {
+async function patchMsPerStep(client: Client, taskQueue: string, count: number): Promise<number> {
   const stretch = async (workflow: typeof emptySteps, workflowId: string): Promise<number | undefined> => {
     await client.workflow.execute(workflow, { taskQueue, workflowId, requestEagerStart: true });
     return untilFirstStep(await client.workflow.getHandle(workflowId).fetchHistory());
@@ -198,11 +193,7 @@ async function patchCost(
     const plain = plainFirst ? before : await stretch(emptySteps, `${id}-plain`);
     if (plain !== undefined && patched !== undefined) differences.push(patched - plain);
   }
-  const perStep = percentile(differences, 50) / STEPS_PER_DOCUMENT;
-  return {
-    patchMsPerStepP50: round(perStep, 2),
-    ownCostMsPerStepP50BesidePatch: round(ownCostPerStep - perStep, 2),
-  };
+  return percentile(differences, 50) / STEPS_PER_DOCUMENT;
 }
 
 /** The pairs, over `docs`, on a pipeline worker already polling `taskQueue` (and a yardstick worker of its own). */
@@ -229,7 +220,7 @@ export async function pairedOwnCost(
   const commitByPass: number[] = [];
   const runsByPass = { pipeline: [] as number[], yardstick: [] as number[] };
   const firstPass: Array<{ pipeline: string; yardstick: string }> = [];
-  let patch = { patchMsPerStepP50: NaN, ownCostMsPerStepP50BesidePatch: NaN };
+  let patch = NaN;
   // The timing thread warmed first (wink loads its model on first use), as the model's thread is by now.
   for (const doc of docs.slice(0, 3)) await modelTimes(doc);
   await worker.runUntil(async () => {
@@ -272,7 +263,7 @@ export async function pairedOwnCost(
       const commit = phases?.summary(docs.length, STEPS_PER_DOCUMENT)['memo answer']?.p50Ms;
       if (commit !== undefined) commitByPass.push(commit);
     }
-    patch = await patchCost(client, yardstickQueue, docs.length, percentile(own, 50));
+    patch = await patchMsPerStep(client, yardstickQueue, docs.length);
   });
   const seconds = (times: number[]) => times.reduce((a, b) => a + b, 0) / 1000;
   return {
@@ -295,7 +286,8 @@ export async function pairedOwnCost(
     ownCostMsPerStepP50ByPass: byPass,
     durableCommitMsP50ByPass: commitByPass,
     msPerDocP50ByPass: runsByPass,
-    ...patch,
+    patchMsPerStepP50: round(patch, 2),
+    ownCostMsPerStepP50BesidePatch: round(percentile(own, 50) - patch, 2),
     modelMs,
     historySplitMsPerDoc: await historySplit(client, firstPass),
   };
