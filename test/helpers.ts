@@ -358,7 +358,7 @@ export function openAIModel(
   );
 }
 
-/** True for a tag step's request (its prompt asks for topic tags). */
+/** True for a tag step's request (as the model server tells steps apart: ChatRequest.step). */
 export function isTagRequest(request: ChatRequest): boolean {
   return request.step === 'tag';
 }

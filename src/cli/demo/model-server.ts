@@ -1,18 +1,26 @@
 /**
- * A stand-in for a paid model: an OpenAI-compatible chat-completions server on loopback. It logs every request
- * with its idempotency key and its fate (answered, cut off when the caller went away), so the demo and the tests
- * count the model calls really made, from outside the worker they kill. A script decides each answer: the demo's
- * is slow and sensible, the tests' inject 429s, 500s, hangs and junk.
+ * A stand-in for a paid model: a server on loopback that speaks OpenAI's chat completions
+ * (`POST /v1/chat/completions`) and Anthropic's Messages API (`POST /v1/messages`). It logs every request with its
+ * idempotency key and its fate (answered with a status, cut off when the caller went away), so the demo and the
+ * tests count the model calls really made, from outside the worker they kill. A script decides each answer: the
+ * demo's is slow and sensible, the tests' inject 429s, 500s, hangs and junk, test/provider-limits.ts enforces a
+ * provider's rate limits.
  */
 import http from 'node:http';
 import { z } from 'zod';
+import { MODEL_STEPS } from '../../contract';
 import type { ModelStepName } from '../../contract';
 import { closeServer, listenOnLoopback } from '../../lib/loopback';
 
+/** Which API a request called: OpenAI's chat completions, or Anthropic's Messages. */
+export type ChatApi = 'chat' | 'messages';
+
 /** One request that reached the server. */
 export interface ChatRequest {
+  api: ChatApi;
   /** The `idempotency-key` header, `<run ID>:<step>`; undefined when none was sent. */
   idempotencyKey: string | undefined;
+  /** The credential as sent: the Authorization header (chat completions) or x-api-key (Messages). */
   authorization: string | undefined;
   /** The JSON body; undefined when it was not JSON. */
   body: unknown;
@@ -21,11 +29,16 @@ export interface ChatRequest {
    * own route, to tell whose call it is.
    */
   route: string | undefined;
-  /** Which step asked, told apart by the prompt. */
+  /**
+   * Which step asked: the `x-pipeline-step` header when the request says it; otherwise a request that asks for a
+   * structured answer (a JSON schema) is the tag step, any other the summarize step.
+   */
   step: ModelStepName;
   receivedAt: number;
   /** When the answer was sent; undefined while open, or for a call cut off before it. */
   answeredAt: number | undefined;
+  /** The HTTP status of the answer sent; undefined while open, or for a call cut off before it. */
+  status: number | undefined;
   /** The caller went away (its worker was killed, its attempt timed out) before the answer was sent. */
   cutOff: boolean;
 }
@@ -37,7 +50,10 @@ export type ChatReply =
 export type ChatScript = (request: ChatRequest, n: number) => ChatReply;
 
 export interface ModelServer {
-  /** For OPENAI_BASE_URL, with MODEL=openai-compatible:<model> (or OPENAI_MODEL). */
+  /**
+   * For OPENAI_BASE_URL, with MODEL=openai-compatible:<model> (or OPENAI_MODEL); for ANTHROPIC_BASE_URL, with
+   * MODEL=anthropic:<model>.
+   */
   baseUrl: string;
   /** Every request received, in order of arrival. */
   requests: ChatRequest[];
@@ -51,12 +67,104 @@ export function completion(content: string, usage = { prompt_tokens: 100, comple
   return { choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage };
 }
 
-/** The tag step's prompt asks for "topic tags"; everything else is a summarize request. */
-function stepOf(rawBody: string): ModelStepName {
-  return rawBody.includes('topic tags') ? 'tag' : 'summarize';
+/** The tokens of an answer, as the API in question reports them. */
+export interface AnswerUsage {
+  /** Every token of the prompt, cached ones included. */
+  inputTokens: number;
+  outputTokens: number;
+  /** Of inputTokens, those served from the provider's prompt cache. */
+  cachedInputTokens?: number;
+  /** Of inputTokens, those written to Anthropic's prompt cache (billed above the base price). */
+  cacheCreationInputTokens?: number;
 }
 
-/** Starts the server on a free loopback port; `script` gets each request (numbered from 1) and returns the answer. */
+/**
+ * A 2xx body of the request's API with `content`: chat completions' `choices` and `usage` (cached tokens in
+ * `prompt_tokens_details`), or a Messages `message` whose `input_tokens` counts only what was neither read from nor
+ * written to the cache, as Anthropic reports it.
+ */
+export function answerBody(
+  request: Pick<ChatRequest, 'api' | 'body'>,
+  content: string,
+  usage: AnswerUsage,
+): unknown {
+  const cached = usage.cachedInputTokens ?? 0;
+  const created = usage.cacheCreationInputTokens ?? 0;
+  const model = parsedRequest(request)?.model ?? 'stand-in';
+  if (request.api === 'messages') {
+    return {
+      id: 'msg_stand_in',
+      type: 'message',
+      role: 'assistant',
+      model,
+      content: [{ type: 'text', text: content }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+      usage: {
+        input_tokens: usage.inputTokens - cached - created,
+        output_tokens: usage.outputTokens,
+        cache_read_input_tokens: cached,
+        cache_creation_input_tokens: created,
+      },
+    };
+  }
+  return {
+    id: 'chatcmpl-stand-in',
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    usage: {
+      prompt_tokens: usage.inputTokens,
+      completion_tokens: usage.outputTokens,
+      total_tokens: usage.inputTokens + usage.outputTokens,
+      prompt_tokens_details: { cached_tokens: cached },
+    },
+  };
+}
+
+/** An error answer in the API's own shape: OpenAI's `{error: {...}}`, Anthropic's `{type: 'error', error: {...}}`. */
+export function errorReply(
+  api: ChatApi,
+  status: number,
+  error: { type: string; message: string; code?: string | null },
+  headers: Record<string, string> = {},
+): Exclude<ChatReply, 'hang'> {
+  const body =
+    api === 'messages'
+      ? { type: 'error', error: { type: error.type, message: error.message } }
+      : { error: { message: error.message, type: error.type, param: null, code: error.code ?? null } };
+  return { status, headers, body };
+}
+
+/** Each API's path after the base URL's `/v1`. */
+const API_PATHS: Record<ChatApi, string> = { chat: '/v1/chat/completions', messages: '/v1/messages' };
+
+/** The API a path asks for, and the route in front of it (`/<route>/v1/...`); undefined for any other path. */
+function routeOf(url: string): { api: ChatApi; route: string | undefined } | undefined {
+  const pathname = url.split('?')[0] ?? '';
+  for (const api of ['chat', 'messages'] as const) {
+    if (!pathname.endsWith(API_PATHS[api])) continue;
+    const prefix = pathname.slice(0, -API_PATHS[api].length);
+    if (prefix === '') return { api, route: undefined };
+    if (/^\/[^/]+$/.test(prefix)) return { api, route: prefix.slice(1) };
+  }
+  return undefined;
+}
+
+const ModelStepSchema = z.enum(MODEL_STEPS);
+
+/** The step named by the x-pipeline-step header; else the tag step when the request asks for a JSON schema. */
+function stepOf(api: ChatApi, body: unknown, stepHeader: string | undefined): ModelStepName {
+  const named = ModelStepSchema.safeParse(stepHeader);
+  if (named.success) return named.data;
+  return schemaOf(api, body) !== undefined ? 'tag' : 'summarize';
+}
+
+/**
+ * Starts the server on a free loopback port; `script` gets each request (numbered from 1) and returns the answer.
+ * Both APIs are served under one base URL, `<origin>/v1`.
+ */
 export async function startModelServer(script: ChatScript): Promise<ModelServer> {
   const requests: ChatRequest[] = [];
   const held = new Set<http.ServerResponse>();
@@ -64,13 +172,14 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      // The chat-completions path, with a route in front of it for a base URL that has one.
-      const segments = (req.url ?? '').split('/').slice(1);
-      const route = segments.length === 4 ? segments[0] : undefined;
-      const known = segments.slice(-3).join('/') === 'v1/chat/completions' && segments.length <= 4;
-      if (req.method !== 'POST' || !known) {
+      const where = routeOf(req.url ?? '');
+      if (req.method !== 'POST' || where === undefined) {
         res.writeHead(404, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: { message: 'POST /v1/chat/completions is the only route' } }));
+        res.end(
+          JSON.stringify({
+            error: { message: 'POST /v1/chat/completions and POST /v1/messages are the only routes' },
+          }),
+        );
         return;
       }
       const raw = Buffer.concat(chunks).toString('utf8');
@@ -85,13 +194,15 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
         return typeof value === 'string' ? value : undefined;
       };
       const request: ChatRequest = {
+        api: where.api,
         idempotencyKey: header('idempotency-key'),
-        authorization: header('authorization'),
+        authorization: header(where.api === 'messages' ? 'x-api-key' : 'authorization'),
         body,
-        route,
-        step: stepOf(raw),
+        route: where.route,
+        step: stepOf(where.api, body, header('x-pipeline-step')),
         receivedAt: Date.now(),
         answeredAt: undefined,
+        status: undefined,
         cutOff: false,
       };
       requests.push(request);
@@ -107,7 +218,8 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
       const send = (): void => {
         if (res.destroyed) return;
         request.answeredAt = Date.now();
-        res.writeHead(answer.status ?? 200, { 'content-type': 'application/json', ...answer.headers });
+        request.status = answer.status ?? 200;
+        res.writeHead(request.status, { 'content-type': 'application/json', ...answer.headers });
         res.end(typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body));
       };
       if (answer.delayMs === undefined) return send();
@@ -128,36 +240,133 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
   };
 }
 
+/** A message's content: a string, or content blocks of which the text blocks count. */
+const ContentSchema = z.union([
+  z.string(),
+  z.array(z.object({ type: z.string(), text: z.string().optional() })),
+]);
+
 const ChatBodySchema = z.object({
-  messages: z.array(z.object({ role: z.string(), content: z.string() })),
+  model: z.string().optional(),
+  messages: z.array(z.object({ role: z.string(), content: ContentSchema.nullish() })).min(1),
+  max_tokens: z.number().int().positive().optional(),
+  max_completion_tokens: z.number().int().positive().optional(),
+  response_format: z
+    .object({ type: z.string(), json_schema: z.object({ schema: z.unknown() }).optional() })
+    .optional(),
 });
 
-/** The user message of a chat request: the document text the step sent; empty when it is no chat request. */
-function userText(body: unknown): string {
-  const parsed = ChatBodySchema.safeParse(body);
-  if (!parsed.success) return '';
-  return parsed.data.messages.find((m) => m.role === 'user')?.content ?? '';
+const MessagesBodySchema = z.object({
+  model: z.string().optional(),
+  system: ContentSchema.optional(),
+  messages: z.array(z.object({ role: z.string(), content: ContentSchema })).min(1),
+  // Anthropic requires it on every request.
+  max_tokens: z.number().int().positive(),
+  output_config: z
+    .object({ format: z.object({ type: z.string(), schema: z.unknown() }).optional() })
+    .optional(),
+});
+
+function textOf(content: z.infer<typeof ContentSchema> | null | undefined): string {
+  if (content === null || content === undefined) return '';
+  if (typeof content === 'string') return content;
+  return content.map((block) => (block.type === 'text' ? (block.text ?? '') : '')).join('');
+}
+
+/** What a request of either API says, as far as this server reads it. */
+export interface ParsedRequest {
+  model: string;
+  /** The system prompt: Messages' `system`; chat completions carry theirs as a message. */
+  system: string;
+  /** Each message's text (its text blocks, joined). */
+  messages: { role: string; text: string }[];
+  /** The most output tokens the request asks for, when it says. */
+  maxTokens: number | undefined;
+  /** The JSON schema the answer must follow; undefined when the request asks for none. */
+  schema: unknown;
+}
+
+/** The request's parts that matter here; undefined when the body is not a request of its API. */
+export function parsedRequest(request: Pick<ChatRequest, 'api' | 'body'>): ParsedRequest | undefined {
+  if (request.api === 'messages') {
+    const parsed = MessagesBodySchema.safeParse(request.body);
+    if (!parsed.success) return undefined;
+    const format = parsed.data.output_config?.format;
+    return {
+      model: parsed.data.model ?? 'stand-in',
+      system: textOf(parsed.data.system),
+      messages: parsed.data.messages.map((m) => ({ role: m.role, text: textOf(m.content) })),
+      maxTokens: parsed.data.max_tokens,
+      schema: format?.type === 'json_schema' ? format.schema : undefined,
+    };
+  }
+  const parsed = ChatBodySchema.safeParse(request.body);
+  if (!parsed.success) return undefined;
+  const format = parsed.data.response_format;
+  return {
+    model: parsed.data.model ?? 'stand-in',
+    system: '',
+    messages: parsed.data.messages.map((m) => ({ role: m.role, text: textOf(m.content) })),
+    // OpenAI's newer name first; a request sends one of them.
+    maxTokens: parsed.data.max_completion_tokens ?? parsed.data.max_tokens,
+    schema: format?.type === 'json_schema' ? format.json_schema?.schema : undefined,
+  };
+}
+
+/** The JSON schema the request asks the answer to follow; undefined when it asks for none. */
+function schemaOf(api: ChatApi, body: unknown): unknown {
+  return parsedRequest({ api, body })?.schema;
 }
 
 /**
- * The demo's model: answers after `delayMs`, summaries are the text's first sentence and tags its most frequent
- * long words. A body that is not a chat request gets a 400, as a real provider's would.
+ * All the text a request sends, in the order the model reads it (the system prompt, then every message), as one
+ * string: what its prompt tokens are counted from, and what a prompt cache compares.
+ */
+export function promptText(request: Pick<ChatRequest, 'api' | 'body'>): string {
+  const parsed = parsedRequest(request);
+  if (parsed === undefined) return '';
+  return parsed.system + parsed.messages.map((m) => m.text).join('');
+}
+
+/** Tokens as this server counts them: a quarter of the characters, rounded up. */
+export function estimateTokens(text: string): number {
+  return Math.ceil(text.length / 4);
+}
+
+/**
+ * The demo model's answer to a request: for the tag step JSON tags (the text's most frequent long words), for any
+ * other step the text's first sentence. Undefined when the body is not a request of its API, or has no user text.
+ */
+export function demoContent(request: Pick<ChatRequest, 'api' | 'body' | 'step'>): string | undefined {
+  const userText = parsedRequest(request)?.messages.find((m) => m.role === 'user')?.text ?? '';
+  if (userText === '') return undefined;
+  // The document, when the prompt wraps it in <document> tags beside the task.
+  const text = /<document>\n?([\s\S]*?)\n?<\/document>/.exec(userText)?.[1] ?? userText;
+  return request.step === 'tag' ? JSON.stringify({ tags: frequentWords(text, 3) }) : firstSentence(text);
+}
+
+/** The 400 a provider answers to a body that is not a request of its API. */
+export function invalidRequest(api: ChatApi): Exclude<ChatReply, 'hang'> {
+  return errorReply(api, 400, {
+    type: 'invalid_request_error',
+    message:
+      api === 'messages'
+        ? 'expected a Messages request: model, max_tokens and messages with user text'
+        : 'expected a chat completion request: messages with user text',
+  });
+}
+
+/**
+ * The demo's model: answers after `delayMs` in the API's own shape, with usage counted by estimateTokens (the whole
+ * prompt in, the answer out). A body that is not a request of its API gets a 400, as a real provider's would.
  */
 export function demoModel(delayMs: number | (() => number)): ChatScript {
   return (request) => {
-    const text = userText(request.body);
-    if (text === '')
-      return { status: 400, body: { error: { message: 'expected a chat completion request' } } };
-    const content =
-      request.step === 'tag' ? JSON.stringify({ tags: frequentWords(text, 3) }) : firstSentence(text);
+    const content = demoContent(request);
+    if (content === undefined) return invalidRequest(request.api);
     const delay = typeof delayMs === 'number' ? delayMs : delayMs();
-    return {
-      body: completion(content, {
-        prompt_tokens: Math.ceil(text.length / 4),
-        completion_tokens: Math.ceil(content.length / 4),
-      }),
-      delayMs: delay,
-    };
+    const usage = { inputTokens: estimateTokens(promptText(request)), outputTokens: estimateTokens(content) };
+    return { body: answerBody(request, content, usage), delayMs: delay };
   };
 }
 
