@@ -15,7 +15,8 @@ import { FailureType } from '../src/contract';
 import type { Usage } from '../src/contract';
 import { createModel } from '../src/dependencies';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
-import { AiSdkModel } from '../src/model/ai-sdk';
+import { AiSdkModel, MAX_OUTPUT_TOKENS } from '../src/model/ai-sdk';
+import { DEFAULT_PRICES, estimateCost } from '../src/model/pricing';
 import { remoteModel } from '../src/model/choose';
 import { findProvider } from '../src/model/providers';
 import type { DocumentModel, ModelCall } from '../src/model/types';
@@ -30,6 +31,8 @@ const KEY = 'run-1:tag';
 interface Seen {
   path: string;
   idempotencyKey: string | undefined;
+  /** The step the request says it is for (`x-pipeline-step`). */
+  step: string | undefined;
   /** The header that carries the API key: Authorization for OpenAI's wires, x-api-key for Anthropic's. */
   credential: string | undefined;
   body: unknown;
@@ -57,6 +60,7 @@ async function recordingServer(script: Script, credentialHeader: string): Promis
       const seen: Seen = {
         path: req.url ?? '',
         idempotencyKey: header('idempotency-key'),
+        step: header('x-pipeline-step'),
         credential: header(credentialHeader),
         body: JSON.parse(raw.toString('utf8')),
         cutOff: false,
@@ -92,7 +96,29 @@ interface Wire {
   /** The JSON schema the request asks the answer to follow; undefined when it asks for none. */
   schemaOf(body: unknown): unknown;
   maxTokensOf(body: unknown): number | undefined;
-  systemOf(body: unknown): string;
+  /** What the model reads, in order: the system text, then each text block of the user's message. */
+  blocksOf(body: unknown): PromptBlock[];
+}
+
+interface PromptBlock {
+  text: string;
+  /** The block's prompt-cache mark (Anthropic's `cache_control`), if any. */
+  cacheControl?: unknown;
+}
+
+/** The longest start `a` and `b` share. */
+function commonPrefix(a: string, b: string): string {
+  let n = 0;
+  while (n < a.length && n < b.length && a[n] === b[n]) n++;
+  return a.slice(0, n);
+}
+
+/** The text the model reads, in order. */
+function promptText(wire: Wire, body: unknown): string {
+  return wire
+    .blocksOf(body)
+    .map((b) => b.text)
+    .join('\n');
 }
 
 const OpenAIError = (type: string, code: string | null, message: string) => ({
@@ -100,7 +126,12 @@ const OpenAIError = (type: string, code: string | null, message: string) => ({
 });
 
 const ResponsesBody = z.object({
-  input: z.array(z.object({ role: z.string(), content: z.unknown() })),
+  input: z.array(
+    z.object({
+      role: z.string(),
+      content: z.union([z.string(), z.array(z.object({ type: z.literal('input_text'), text: z.string() }))]),
+    }),
+  ),
   text: z.object({ format: z.object({ type: z.string(), schema: z.unknown() }) }).optional(),
   max_output_tokens: z.number().optional(),
 });
@@ -129,10 +160,10 @@ const responses: Wire = {
     return format?.type === 'json_schema' ? format.schema : undefined;
   },
   maxTokensOf: (body) => ResponsesBody.parse(body).max_output_tokens,
-  systemOf: (body) => {
-    const system = ResponsesBody.parse(body).input.find((m) => m.role === 'system' || m.role === 'developer');
-    return typeof system?.content === 'string' ? system.content : '';
-  },
+  blocksOf: (body) =>
+    ResponsesBody.parse(body).input.flatMap(({ content }) =>
+      typeof content === 'string' ? [{ text: content }] : content.map(({ text }) => ({ text })),
+    ),
 };
 
 function responsesBody(text: string, usage: Usage, incomplete: { reason: string } | null): unknown {
@@ -154,7 +185,7 @@ function responsesBody(text: string, usage: Usage, incomplete: { reason: string 
     ],
     usage: {
       input_tokens: usage.inputTokens,
-      input_tokens_details: { cached_tokens: 0 },
+      input_tokens_details: { cached_tokens: usage.cachedInputTokens ?? 0 },
       output_tokens: usage.outputTokens,
       output_tokens_details: { reasoning_tokens: 0 },
       total_tokens: usage.inputTokens + usage.outputTokens,
@@ -162,8 +193,14 @@ function responsesBody(text: string, usage: Usage, incomplete: { reason: string 
   };
 }
 
+const MessagesText = z.object({
+  type: z.literal('text'),
+  text: z.string(),
+  cache_control: z.unknown().optional(),
+});
 const MessagesBody = z.object({
-  system: z.array(z.object({ type: z.literal('text'), text: z.string() })).optional(),
+  system: z.array(MessagesText).optional(),
+  messages: z.array(z.object({ role: z.string(), content: z.union([z.string(), z.array(MessagesText)]) })),
   max_tokens: z.number(),
   output_config: z.object({ format: z.object({ type: z.string(), schema: z.unknown() }) }).optional(),
 });
@@ -201,7 +238,17 @@ const messages: Wire = {
     const max = MessagesBody.parse(body).max_tokens;
     return max >= 64_000 ? undefined : max;
   },
-  systemOf: (body) => (MessagesBody.parse(body).system ?? []).map((s) => s.text).join('\n'),
+  blocksOf: (body) => {
+    const { system, messages } = MessagesBody.parse(body);
+    return [system ?? [], ...messages.map((m) => m.content)].flatMap((content) =>
+      typeof content === 'string'
+        ? [{ text: content }]
+        : content.map((b) => ({
+            text: b.text,
+            ...(b.cache_control === undefined ? {} : { cacheControl: b.cache_control }),
+          })),
+    );
+  },
 };
 
 function messagesBody(text: string, usage: Usage, stopReason: string): unknown {
@@ -213,12 +260,23 @@ function messagesBody(text: string, usage: Usage, stopReason: string): unknown {
     content: [{ type: 'text', text }],
     stop_reason: stopReason,
     stop_sequence: null,
-    usage: { input_tokens: usage.inputTokens, output_tokens: usage.outputTokens },
+    // Anthropic's input_tokens counts only the input after the last cache breakpoint: the cache's share is apart.
+    usage: {
+      input_tokens: usage.inputTokens - (usage.cachedInputTokens ?? 0) - (usage.cacheWriteInputTokens ?? 0),
+      cache_read_input_tokens: usage.cachedInputTokens ?? 0,
+      cache_creation_input_tokens: usage.cacheWriteInputTokens ?? 0,
+      output_tokens: usage.outputTokens,
+    },
   };
 }
 
 const ChatBody = z.object({
-  messages: z.array(z.object({ role: z.string(), content: z.string() })),
+  messages: z.array(
+    z.object({
+      role: z.string(),
+      content: z.union([z.string(), z.array(z.object({ type: z.literal('text'), text: z.string() }))]),
+    }),
+  ),
   response_format: z.object({ type: z.string(), json_schema: z.object({ schema: z.unknown() }) }).optional(),
   max_tokens: z.number().optional(),
 });
@@ -234,6 +292,7 @@ const ollamaChat: Wire = {
       script({
         path: '/v1/chat/completions',
         idempotencyKey: request.idempotencyKey,
+        step: request.step,
         credential: request.authorization,
         body: request.body,
         cutOff: false,
@@ -245,6 +304,7 @@ const ollamaChat: Wire = {
         return server.requests.map((r) => ({
           path: '/v1/chat/completions',
           idempotencyKey: r.idempotencyKey,
+          step: r.step,
           credential: r.authorization,
           body: r.body,
           cutOff: r.cutOff,
@@ -272,7 +332,10 @@ const ollamaChat: Wire = {
     return format?.type === 'json_schema' ? format.json_schema.schema : undefined;
   },
   maxTokensOf: (body) => ChatBody.parse(body).max_tokens,
-  systemOf: (body) => ChatBody.parse(body).messages.find((m) => m.role === 'system')?.content ?? '',
+  blocksOf: (body) =>
+    ChatBody.parse(body).messages.flatMap(({ content }) =>
+      typeof content === 'string' ? [{ text: content }] : content.map(({ text }) => ({ text })),
+    ),
 };
 
 function chatBody(content: string, usage: Usage, finishReason: string): unknown {
@@ -287,6 +350,9 @@ function chatBody(content: string, usage: Usage, finishReason: string): unknown 
       prompt_tokens: usage.inputTokens,
       completion_tokens: usage.outputTokens,
       total_tokens: usage.inputTokens + usage.outputTokens,
+      ...(usage.cachedInputTokens === undefined
+        ? {}
+        : { prompt_tokens_details: { cached_tokens: usage.cachedInputTokens } }),
     },
   };
 }
@@ -332,8 +398,10 @@ for (const wire of WIRES) {
         assert.equal(request.path, wire.path);
         assert.equal(request.idempotencyKey, KEY);
         assert.equal(request.credential, wire.credential);
-        assert.equal(wire.maxTokensOf(request.body), undefined, 'a first request caps the answer');
       }
+      // Every request caps its answer, the first one too: a rate limiter reserves the cap before the call.
+      assert.equal(wire.maxTokensOf(plain?.body), MAX_OUTPUT_TOKENS.summarize(2));
+      assert.equal(wire.maxTokensOf(tagged?.body), MAX_OUTPUT_TOKENS.tag(5));
       assert.equal(wire.schemaOf(plain?.body), undefined, 'the summary asked for structured output');
       // The tag schema goes out as JSON schema, without the length checks strict modes refuse.
       assert.deepEqual(
@@ -344,13 +412,85 @@ for (const wire of WIRES) {
       );
     });
 
+    it('both steps send the system line and the document first, the same prefix, then their task, and name their step', async () => {
+      // Recorded here for every wire, the demo's chat server included: the test must see the header itself.
+      const server = await recordingServer(
+        (request) => ({ body: wire.answer(request.step === 'tag' ? TAGS_JSON : 'A summary.', USAGE) }),
+        'authorization',
+      );
+      const model = modelFor(wire, server);
+      await model.summarize(SAMPLE_TEXT, 2, call());
+      await model.tag(SAMPLE_TEXT, 5, call());
+      assert.deepEqual(
+        server.requests.map((r) => r.step),
+        ['summarize', 'tag'],
+      );
+      const [summarize, tag] = server.requests.map((r) => promptText(wire, r.body));
+      assert.ok(summarize !== undefined && tag !== undefined);
+      const shared = commonPrefix(summarize, tag);
+      assert.ok(shared.includes(SAMPLE_TEXT), `the two steps' prompts share only ${JSON.stringify(shared)}`);
+      assert.match(summarize.slice(shared.length), /^Summarize the document above in at most 2 sentences/);
+      assert.match(tag.slice(shared.length), /^Give at most 5 topic tags for the document above/);
+      // Anthropic caches a prefix only up to a block the request marks: the document's own block, in both steps.
+      for (const request of server.requests) {
+        const marked = wire.blocksOf(request.body).filter((b) => b.cacheControl !== undefined);
+        if (wire.provider !== 'anthropic') {
+          assert.deepEqual(marked, []);
+          continue;
+        }
+        assert.deepEqual(
+          marked.map((b) => b.cacheControl),
+          [{ type: 'ephemeral' }],
+        );
+        assert.ok(
+          marked[0]?.text.includes(SAMPLE_TEXT) && shared.includes(marked[0].text),
+          'not the document',
+        );
+      }
+    });
+
+    it("prompt-cache tokens: every input token counted, the cache's share kept apart and priced at its rates", async () => {
+      const usage: Usage = {
+        inputTokens: 5_000,
+        outputTokens: 40,
+        cachedInputTokens: 4_000,
+        // Only Anthropic bills writing to its cache.
+        ...(wire.provider === 'anthropic' ? { cacheWriteInputTokens: 600 } : {}),
+      };
+      const server = await wire.start(() => ({ body: wire.answer('A summary.', usage) }));
+      const model = modelFor(wire, server);
+      const answer = await model.summarize(SAMPLE_TEXT, 2, call());
+      assert.deepEqual(answer.usage, usage);
+
+      const prices = {
+        ...DEFAULT_PRICES,
+        'llama3.1': { inputPerMillion: 1, cachedInputPerMillion: 0.5, outputPerMillion: 2 },
+      };
+      // Dollars per million: the uncached input at the input price, the cache's share at its own.
+      const expected = {
+        openai: 1_000 * 0.15 + 4_000 * 0.075 + 40 * 0.6,
+        anthropic: 400 * 1 + 4_000 * 0.1 + 600 * 1.25 + 40 * 5,
+        ollama: 1_000 * 1 + 4_000 * 0.5 + 40 * 2,
+      }[wire.provider];
+      assert.ok(expected !== undefined);
+      const cost = estimateCost(prices, model.info, answer.usage);
+      assert.ok(cost !== null && Math.abs(cost - expected / 1_000_000) < 1e-12, `cost ${cost}`);
+    });
+
     it('a retry after a refused answer quotes the refusal and caps the tokens', async () => {
       const server = await wire.start(() => ({ body: wire.answer(TAGS_JSON, USAGE) }));
       await modelFor(wire, server).tag(SAMPLE_TEXT, 3, call({ retryHint: 'it was cut off' }));
       const [request] = server.requests;
+      const blocks = wire.blocksOf(request?.body);
+      // The refusal is quoted after the document, in the step's task: the prefix a prompt cache holds is unchanged.
       assert.match(
-        wire.systemOf(request?.body),
+        blocks.at(-1)?.text ?? '',
         /Your previous answer to this request was refused: it was cut off\. Answer again/,
+      );
+      assert.ok(
+        promptText(wire, request?.body).indexOf(SAMPLE_TEXT) <
+          promptText(wire, request?.body).indexOf('Your previous answer'),
+        'the refusal came before the document',
       );
       assert.equal(wire.maxTokensOf(request?.body), 24 * 3 + 60);
     });

@@ -7,5 +7,6 @@ export const anthropic: ModelProvider = {
   example: 'claude-haiku-4-5',
   baseUrl: { variable: 'ANTHROPIC_BASE_URL', default: 'https://api.anthropic.com/v1' },
   apiKey: { variable: 'ANTHROPIC_API_KEY', required: true },
+  marksPromptCache: true,
   languageModel: ({ model, baseUrl, apiKey }) => createAnthropic({ baseURL: baseUrl, apiKey })(model),
 };

@@ -24,6 +24,13 @@ export interface ModelProvider {
   readonly baseUrl: { variable: ModelVariable; default?: string };
   /** The variable holding the API key, and whether the provider cannot work without one. */
   readonly apiKey: { variable: ModelVariable; required: boolean };
+  /**
+   * True when the provider caches a prompt's prefix only up to a block the request marks (Anthropic's
+   * `cache_control`): the document then goes as a block of its own, marked. Providers that cache any repeated
+   * prefix by themselves (OpenAI, vLLM, llama.cpp) get the document and the step's task as one text, the form
+   * every chat-completions server reads.
+   */
+  readonly marksPromptCache?: boolean;
   /** The AI SDK model. Settings are always given: the SDK must not read the environment itself. */
   languageModel(settings: ProviderSettings): LanguageModel;
 }

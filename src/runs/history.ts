@@ -2,8 +2,8 @@ import { temporal } from '@temporalio/proto';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
-import { STEPS } from '../contract';
-import type { StepName } from '../contract';
+import { STEPS, UsageSchema } from '../contract';
+import type { StepName, Usage } from '../contract';
 
 type History = temporal.api.history.v1.IHistory;
 
@@ -31,9 +31,9 @@ export interface StepReport {
   /** True when the result says the model answer came from the durable memo (paid for once, reused). */
   memoised: boolean;
   /** Model steps: tokens in/out from the provider's usage fields, as recorded in the step's result. */
-  usage: { inputTokens: number; outputTokens: number } | undefined;
+  usage: Usage | undefined;
   /** Model steps: tokens of paid answers the step refused before the one it kept. */
-  rejectedUsage: { inputTokens: number; outputTokens: number } | undefined;
+  rejectedUsage: Usage | undefined;
   /** Model steps: estimated cost in US dollars; null when the model has no price. */
   estimatedCostUsd: number | null | undefined;
 }
@@ -48,8 +48,8 @@ export interface RecoveryReport {
 const ResultFlagsSchema = z.object({
   memoised: z.boolean().optional(),
   idempotencyKey: z.string().optional(),
-  usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
-  rejectedUsage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
+  usage: UsageSchema.optional(),
+  rejectedUsage: UsageSchema.optional(),
   estimatedCostUsd: z.number().nullable().optional(),
 });
 

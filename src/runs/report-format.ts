@@ -1,3 +1,4 @@
+import type { Usage } from '../contract';
 import { formatCost, totalUsage } from '../model/pricing';
 import type { PendingStep, RecoveryReport, RunDetails } from './history';
 import { stepRecovery } from './step-outcome';
@@ -45,7 +46,7 @@ export function formatReport(
     lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
     if (step.usage !== undefined) {
       lines.push(
-        `  model usage:  ${step.usage.inputTokens} tokens in, ${step.usage.outputTokens} out, ` +
+        `  model usage:  ${step.usage.inputTokens} tokens in${cachedNote(step.usage)}, ${step.usage.outputTokens} out, ` +
           `${formatCost(step.estimatedCostUsd)}${step.memoised ? ' (paid once, by the attempt that got the answer)' : ''}`,
       );
     }
@@ -57,7 +58,7 @@ export function formatReport(
     const total = totalUsage(priced);
     lines.push('');
     lines.push(
-      `Model usage of the run: ${total.inputTokens} tokens in, ${total.outputTokens} out, ` +
+      `Model usage of the run: ${total.inputTokens} tokens in${cachedNote(total)}, ${total.outputTokens} out, ` +
         `${formatCost(total.costUsd)} (each step's answer counted once)`,
     );
   }
@@ -71,4 +72,10 @@ function describeReceipt(publication: RunDetails['publication']): string {
     return `; SUPERSEDED: a newer run had already published revision ${publication.revision}, this run's publication was not written`;
   const retry = publication.duplicate ? ' (a retry, answered with the first receipt)' : '';
   return `; published as revision ${publication.revision}${retry}`;
+}
+
+/** ` (900 from the prompt cache)` when the provider served some input from its cache, else nothing. */
+function cachedNote(usage: Usage): string {
+  const cached = usage.cachedInputTokens ?? 0;
+  return cached > 0 ? ` (${cached} from the prompt cache)` : '';
 }

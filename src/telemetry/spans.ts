@@ -5,6 +5,7 @@
  */
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Attributes, Span } from '@opentelemetry/api';
+import type { ModelInfo, Usage } from '../contract';
 
 /** The instrumentation scope of the pipeline's own spans. */
 export const PIPELINE_TRACER = 'document-pipeline';
@@ -31,4 +32,35 @@ export function inSpan<T>(name: string, attributes: Attributes, fn: (span: Span)
       span.end();
     }
   });
+}
+
+/**
+ * The OpenTelemetry GenAI attributes known before a model call (semantic conventions for GenAI client spans,
+ * "development" status): set them when the call's span starts. `gen_ai.provider.name` replaces `gen_ai.system`.
+ */
+export function genAiRequestAttributes(model: ModelInfo): Attributes {
+  return {
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.provider.name': model.provider,
+    'gen_ai.request.model': model.model,
+  };
+}
+
+/**
+ * The OpenTelemetry GenAI attributes of a model call's answer: its tokens, the prompt cache's share of the input
+ * when the provider reported one (included in `gen_ai.usage.input_tokens`, as the conventions ask), and the
+ * estimated cost in US dollars as `pipeline.cost_usd` when the price table knows the model.
+ */
+export function genAiUsageAttributes(usage: Usage, costUsd: number | null): Attributes {
+  const attributes: Attributes = {
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.usage.input_tokens': usage.inputTokens,
+    'gen_ai.usage.output_tokens': usage.outputTokens,
+  };
+  if (usage.cachedInputTokens !== undefined)
+    attributes['gen_ai.usage.cache_read.input_tokens'] = usage.cachedInputTokens;
+  if (usage.cacheWriteInputTokens !== undefined)
+    attributes['gen_ai.usage.cache_creation.input_tokens'] = usage.cacheWriteInputTokens;
+  if (costUsd !== null) attributes['pipeline.cost_usd'] = costUsd;
+  return attributes;
 }
