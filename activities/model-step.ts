@@ -1,18 +1,20 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import type { Info } from '@temporalio/activity';
 import { z } from 'zod';
 import { claimantName } from '../src/lib/claimant';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
 import type { AnswerMemo, MemoRequest, RejectedAnswer, StoredAnswer } from '../src/model/memo';
 import { estimateCost, totalUsage } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
+import type { BudgetRef } from '../src/model/rate-limit-store';
 import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
 import { FailureType, UsageSchema } from '../src/contract';
 import type { ModelInfo, StepName, Usage } from '../src/contract';
 import type { TextSource } from '../src/documents/text-source';
 import { noMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
-import { inSpan } from '../src/telemetry/spans';
+import { genAiRequestAttributes, genAiUsageAttributes, inSpan } from '../src/telemetry/spans';
 import { HEARTBEAT_EVERY_MS, withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
 import { timed } from './phases';
@@ -66,7 +68,15 @@ export async function runModelStep<T>(
     textRef,
     input,
     valueSchema,
-  }: { step: StepName; textRef: string; input: object; valueSchema: z.ZodType<T> },
+    budget,
+  }: {
+    step: StepName;
+    textRef: string;
+    input: object;
+    valueSchema: z.ZodType<T>;
+    /** The run's or batch's budget the call draws on (not part of what shapes the answer, so not of the memo key). */
+    budget?: BudgetRef | undefined;
+  },
   ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
 ): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
   const attemptStarted = Date.now();
@@ -92,8 +102,9 @@ export async function runModelStep<T>(
   const callAttributes = {
     'pipeline.step': step,
     'pipeline.idempotency_key': key,
+    // The older name of the provider attribute, kept for dashboards that read it.
     'gen_ai.system': provider,
-    'gen_ai.request.model': model,
+    ...genAiRequestAttributes({ provider, model }),
   };
   // Tokens and cost are counted where they are spent, at each call this attempt paid for, kept or refused: the
   // step's answer may come from the memo although this attempt paid too (another stored first), and a step that
@@ -115,6 +126,7 @@ export async function runModelStep<T>(
               idempotencyKey: key,
               signal: callSignal(signal, attemptStarted),
               ...(retryHint === undefined ? {} : { retryHint }),
+              pacing: { step, workflowId, budget, ...deadlinesOf(info, attemptStarted) },
             });
           } catch (err) {
             const refused = paidUsageOf(err);
@@ -122,10 +134,9 @@ export async function runModelStep<T>(
             throw err;
           }
           counted(paid.usage);
-          span.setAttributes({
-            'gen_ai.usage.input_tokens': paid.usage.inputTokens,
-            'gen_ai.usage.output_tokens': paid.usage.outputTokens,
-          });
+          span.setAttributes(
+            genAiUsageAttributes(paid.usage, estimateCost(deps.prices ?? {}, deps.model.info, paid.usage)),
+          );
           return paid;
         }),
     ),
@@ -313,6 +324,20 @@ export async function askOnce<T>(
     }
     return err;
   }
+}
+
+/** The attempt's start-to-close deadline and the step's schedule-to-close one, on this worker's clock. */
+function deadlinesOf(
+  info: Pick<Info, 'startToCloseTimeoutMs' | 'scheduleToCloseTimeoutMs' | 'scheduledTimestampMs'>,
+  attemptStarted: number,
+): { attemptEndsAt: number; stepEndsAt: number } {
+  return {
+    attemptEndsAt: info.startToCloseTimeoutMs > 0 ? attemptStarted + info.startToCloseTimeoutMs : Infinity,
+    stepEndsAt:
+      info.scheduleToCloseTimeoutMs > 0
+        ? info.scheduledTimestampMs + info.scheduleToCloseTimeoutMs
+        : Infinity,
+  };
 }
 
 /**

@@ -12,12 +12,12 @@ const SummarySchema = z.string();
 /** Step 1: a summary of the document from the model (or the offline extractive summarizer). */
 export function createSummarize(deps: ModelStepDependencies) {
   return async function summarize(input: SummarizeInput): Promise<SummarizeResult> {
-    const { textRef, maxSentences } = timedSync(deps.phases, 'input check', () =>
+    const { textRef, maxSentences, budget } = timedSync(deps.phases, 'input check', () =>
       parseOrFail(SummarizeInputSchema, input, 'summarize input'),
     );
     const { value, ...answer } = await runModelStep(
       deps,
-      { step: 'summarize', textRef, input: { maxSentences }, valueSchema: SummarySchema },
+      { step: 'summarize', textRef, input: { maxSentences }, budget, valueSchema: SummarySchema },
       (text, call) => deps.model.summarize(text, maxSentences, call),
     );
     if (value.trim() === '') {

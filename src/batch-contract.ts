@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { BATCH_SCHEMA_VERSION, MAX_LISTED_FAILURES } from './batch-steps';
-import { DocumentIdSchema, PipelineOptionsSchema, STEPS, TextRefSchema } from './contract';
+import { BudgetInputSchema, DocumentIdSchema, PipelineOptionsSchema, STEPS, TextRefSchema } from './contract';
 import type { StepName } from './contract';
 
 export * from './batch-steps';
@@ -60,6 +60,8 @@ export const BatchOptionsSchema = z
     rerun: z.boolean().default(false),
     /** Passed to every document's run, complete (defaults filled in), so each run takes its input as it is. */
     pipeline: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
+    /** What the batch's model calls may spend together (`--budget-usd`, `--budget-tokens`); unset: no limit. */
+    budget: BudgetInputSchema.optional(),
   })
   .strict();
 export type BatchOptions = z.output<typeof BatchOptionsSchema>;

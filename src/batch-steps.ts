@@ -25,6 +25,13 @@ export interface HeldDocument {
   heldKey: string;
 }
 
+/** A document whose model step waits for its budget to be raised: its run, its source and the budget. */
+export interface BudgetWaitingDocument {
+  workflowId: string;
+  source: string;
+  budgetId: string;
+}
+
 export interface BatchProgress {
   total: number;
   /** Entries handed to a run (started or attached) so far. */
@@ -44,6 +51,11 @@ export interface BatchProgress {
    * Optional: batches started before held deliveries were told to them do not have it.
    */
   held?: HeldDocument[];
+  /**
+   * The runs in the window waiting for their budget to be raised (npm run budget): they go on once it is.
+   * Optional: batches started before budgets do not have it.
+   */
+  waitingForBudget?: BudgetWaitingDocument[];
   /**
    * Small batches (up to OPEN_LISTED documents) only: how each document was taken up, by its manifest index:
    * started, started after ending the run of another version (replaced), found done earlier, or found under way

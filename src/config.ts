@@ -56,6 +56,14 @@ const positiveInt = (fallback: number) =>
     .transform((s) => (s === undefined || s === '' ? fallback : Number(s)))
     .pipe(z.number().int().positive());
 
+/** A positive whole number, or unset (nothing set: learned or none). */
+const optionalPositiveInt = z
+  .string()
+  .trim()
+  .optional()
+  .transform((s) => (s === undefined || s === '' ? undefined : Number(s)))
+  .pipe(z.number({ error: 'must be a whole number' }).int().positive().optional());
+
 /**
  * Every environment variable the project reads, with its default. docker-compose.yml and the README's
  * configuration table are checked against this list by test/docker-compose.test.ts.
@@ -142,6 +150,9 @@ const EnvSchema = z.object({
     .pipe(z.url({ protocol: /^postgres(ql)?$/, error: 'must be a postgres:// URL' }).optional()),
   MEMO_LEASE_SECONDS: positiveInt(30),
   MAX_PROVIDER_ERRORS: positiveInt(6),
+  MODEL_RPM: optionalPositiveInt,
+  MODEL_TPM: optionalPositiveInt,
+  MODEL_MAX_CONCURRENT: optionalPositiveInt,
   STEP_BUDGET_MINUTES: positiveInt(60),
   BATCH_WINDOW: positiveInt(16).pipe(z.number().max(1000, 'must be at most 1000 documents at once')),
   OPEN_DELIVERY_POLICY: z
@@ -226,6 +237,11 @@ export interface Config {
   memoLeaseMs: number;
   /** Provider errors (error statuses, timeouts, refused answers) one run's model step may meet before it fails. */
   maxProviderErrors: number;
+  /**
+   * The provider's limits for the whole fleet (MODEL_RPM, MODEL_TPM, MODEL_MAX_CONCURRENT); unset: learned from
+   * the provider's rate-limit headers, and no cap on calls in flight.
+   */
+  modelLimits: { requestsPerMinute?: number; tokensPerMinute?: number; maxConcurrent?: number };
   /** Default overall budget of each step, all retries included: crashes and stalls retry within it, uncapped. */
   stepBudgetMinutes: number;
   /** Document runs a batch keeps open at once (its sliding window). */
@@ -308,6 +324,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     database: e.DATABASE_URL !== undefined ? { kind: 'postgres', url: e.DATABASE_URL } : { kind: 'sqlite' },
     memoLeaseMs: e.MEMO_LEASE_SECONDS * 1000,
     maxProviderErrors: e.MAX_PROVIDER_ERRORS,
+    modelLimits: {
+      ...(e.MODEL_RPM === undefined ? {} : { requestsPerMinute: e.MODEL_RPM }),
+      ...(e.MODEL_TPM === undefined ? {} : { tokensPerMinute: e.MODEL_TPM }),
+      ...(e.MODEL_MAX_CONCURRENT === undefined ? {} : { maxConcurrent: e.MODEL_MAX_CONCURRENT }),
+    },
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
     batchWindow: e.BATCH_WINDOW,
     openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,

@@ -8,6 +8,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import {
+  BUDGET_ID,
   DOCUMENT_ID,
   FailureType,
   INPUT_SCHEMA_VERSION,
@@ -36,8 +37,16 @@ export const TextRefSchema = z
   .regex(TEXT_REF, 'must be a blob reference of the form "sha256:<64 hex digits>"');
 
 export const UsageSchema = z.object({
+  /** All input tokens of the call, those served from or written to the provider's prompt cache included. */
   inputTokens: z.number().int().min(0),
   outputTokens: z.number().int().min(0),
+  /**
+   * Of inputTokens, those read from the provider's prompt cache (OpenAI's `cached_tokens`, Anthropic's
+   * `cache_read_input_tokens`), priced lower. Absent when none, and in histories recorded before it.
+   */
+  cachedInputTokens: z.number().int().min(0).optional(),
+  /** Of inputTokens, those written to the prompt cache (Anthropic's `cache_creation_input_tokens`), priced higher. */
+  cacheWriteInputTokens: z.number().int().min(0).optional(),
 });
 export type Usage = z.infer<typeof UsageSchema>;
 
@@ -71,11 +80,26 @@ export type ModelStepFields = z.infer<typeof ModelStepFieldsSchema>;
 // Step: summarize (a model call)
 // ---------------------------------------------------------------------------------------------------------------
 
+/** A run's budget (see BudgetInput): a measure left out is not limited. */
+export const BudgetInputSchema = z
+  .object({
+    id: z
+      .string()
+      .regex(
+        BUDGET_ID,
+        'must be 1-200 characters of letters, digits, ".", "_", ":" or "-", starting with one of the first two',
+      ),
+    tokens: z.number().int().positive().optional(),
+    usd: z.number().positive().finite().optional(),
+  })
+  .strict();
+
 export const SummarizeInputSchema = z
   .object({
     documentId: DocumentIdSchema,
     textRef: TextRefSchema,
     maxSentences: z.number().int().min(1).max(20),
+    budget: BudgetInputSchema.optional(),
   })
   .strict();
 export type SummarizeInput = z.infer<typeof SummarizeInputSchema>;
@@ -87,7 +111,12 @@ export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;
 // ---------------------------------------------------------------------------------------------------------------
 
 export const TagInputSchema = z
-  .object({ documentId: DocumentIdSchema, textRef: TextRefSchema, maxTags: z.number().int().min(1).max(20) })
+  .object({
+    documentId: DocumentIdSchema,
+    textRef: TextRefSchema,
+    maxTags: z.number().int().min(1).max(20),
+    budget: BudgetInputSchema.optional(),
+  })
   .strict();
 export type TagInput = z.infer<typeof TagInputSchema>;
 export const TagResultSchema = z.object({ tags: z.array(z.string()), ...ModelStepFields });
@@ -168,6 +197,8 @@ export const PipelineInputSchema = z
     textRef: TextRefSchema,
     title: z.string().min(TITLE_LENGTH.min).max(TITLE_LENGTH.max),
     options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
+    /** What the run's model calls may spend; a batch's runs share the batch's budget. */
+    budget: BudgetInputSchema.optional(),
   })
   .strict();
 export type PipelineInput = z.input<typeof PipelineInputSchema>;

@@ -10,11 +10,37 @@ import { WebhookPublisher } from './publisher/webhook-publisher';
 import { openStores } from './store/open';
 import type { Stores } from './store/open';
 import { processMetrics } from './telemetry/metrics';
+import type { PipelineMetrics } from './telemetry/metrics';
+import { Pacer } from './model/pacer';
+import type { SqlRateLimits } from './model/rate-limit-store';
+import { log } from '@temporalio/activity';
 
-/** The model chosen by the environment: a provider's when MODEL (or OPENAI_BASE_URL) names one, else offline. */
-export function createModel(config: Config): DocumentModel {
+/**
+ * The model chosen by the environment: a provider's when MODEL (or OPENAI_BASE_URL) names one, else offline. With
+ * `rateLimits` (the store every worker shares) a provider's calls are paced for the whole fleet and kept within
+ * their runs' budgets; the offline model costs nothing and is never paced.
+ */
+export function createModel(
+  config: Config,
+  rateLimits?: SqlRateLimits,
+  metrics: PipelineMetrics = processMetrics().metrics,
+): DocumentModel {
   if (config.model.kind === 'offline') return new OfflineModel(config.offlineModelLatencyMs);
-  return new AiSdkModel(config.model, config.modelRequestTimeoutMs);
+  return new AiSdkModel(
+    config.model,
+    config.modelRequestTimeoutMs,
+    rateLimits === undefined
+      ? undefined
+      : (scope, info) =>
+          new Pacer(rateLimits, scope, info, {
+            prices: config.prices,
+            metrics,
+            // A turn is kept for the longest a call may take after its start, and a minute more.
+            leaseMs: config.modelRequestTimeoutMs + 60_000,
+            settings: config.modelLimits,
+            log,
+          }),
+  );
 }
 
 /** Parts a caller may swap for its own (a test's scripted model, a publisher that crashes on purpose). */
@@ -54,7 +80,7 @@ export async function createDependencies(
   }
   return {
     deps: {
-      model: overrides.model ?? createModel(config),
+      model: overrides.model ?? createModel(config, stores.rateLimits),
       publisher,
       memo: stores.memo,
       blobs: stores.blobs,

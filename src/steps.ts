@@ -15,6 +15,8 @@ export const INPUT_SCHEMA_VERSION = 1;
 
 /** A document's ID: what DocumentIdSchema checks. */
 export const DOCUMENT_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+/** A budget's ID: what BudgetInputSchema checks. */
+export const BUDGET_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 /** A blob reference: what TextRefSchema checks. */
 export const TEXT_REF = /^sha256:[0-9a-f]{64}$/;
 /** A document title's length, in UTF-16 code units as zod counts them. */
@@ -44,6 +46,14 @@ export const FailureType = {
   PayloadRefused: 'PayloadRefused',
   /** A model step met more provider errors in one run than MAX_PROVIDER_ERRORS allows. */
   ProviderErrorsExhausted: 'ProviderErrorsExhausted',
+  /**
+   * The provider pushed back (429, or "overloaded": 503, Anthropic's 529), or the fleet's pacing gave this call a
+   * turn further off than the attempt should wait for: back-pressure, never counted as a provider error; the next
+   * attempt comes at the time the provider or the pacing named.
+   */
+  ProviderBusy: 'ProviderBusy',
+  /** A model call would pass the run's or the batch's budget: the run pauses until the budget is raised. */
+  BudgetExhausted: 'BudgetExhausted',
 } as const;
 
 /**
@@ -56,14 +66,44 @@ export type StepName = (typeof STEPS)[number];
 export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
 export type ModelStepName = (typeof MODEL_STEPS)[number];
 
-/** `held`: the publish step's delivery may have landed unanswered, and waits for a verdict (npm run deliveries). */
-export const STEP_STATES = ['pending', 'running', 'done', 'failed', 'held'] as const;
+/**
+ * `held`: the publish step's delivery may have landed unanswered, and waits for a verdict (npm run deliveries).
+ * `budget`: a model step's next call would pass the run's budget; it waits for the budget to be raised
+ * (npm run budget).
+ */
+export const STEP_STATES = ['pending', 'running', 'done', 'failed', 'held', 'budget'] as const;
 export type StepState = (typeof STEP_STATES)[number];
 export interface PipelineProgress {
   documentId: string;
   steps: Record<StepName, StepState>;
   /** While the publish step is held: the delivery's key, the one to settle. */
   heldKey?: string;
+  /** While a model step waits for its budget to be raised: the budget's ID. */
+  budgetId?: string;
+}
+
+/** A budget of tokens and US dollars a run's model calls may spend; a batch's runs share the batch's. */
+export interface BudgetInput {
+  /** Names the budget in the store and on the command line (npm run budget -- raise <id>). */
+  id: string;
+  tokens?: number;
+  usd?: number;
+}
+
+/** What a run tells its batch when it starts or stops waiting for its budget. */
+export interface BudgetNotice {
+  workflowId: string;
+  /** The budget waited for; undefined once the run goes on. */
+  budgetId: string | undefined;
+}
+
+/** The budget a BudgetExhausted failure names in its details. */
+export function budgetIdOf(details: readonly unknown[] | undefined | null): string | undefined {
+  const first: unknown = details?.[0];
+  if (typeof first !== 'object' || first === null || !('budget' in first)) return undefined;
+  const budget: unknown = first.budget;
+  if (typeof budget !== 'object' || budget === null || !('id' in budget)) return undefined;
+  return typeof budget.id === 'string' ? budget.id : undefined;
 }
 
 /** What a run tells its batch when its delivery is held or goes on again. */
@@ -114,6 +154,7 @@ export interface CompletePipelineInput {
   textRef: string;
   title: string;
   options: Record<OptionName, number>;
+  budget?: BudgetInput;
 }
 
 /**
@@ -123,12 +164,11 @@ export interface CompletePipelineInput {
  * failure. Our clients always send complete inputs. test/input-check.test.ts holds this to the schema.
  */
 export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
-  if (
-    !isPlainRecord(input) ||
-    !hasExactly(input, ['schemaVersion', 'documentId', 'textRef', 'title', 'options'])
-  ) {
+  const fields = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'];
+  if (!isPlainRecord(input) || !hasExactly(input, 'budget' in input ? [...fields, 'budget'] : fields)) {
     return false;
   }
+  if ('budget' in input && !isBudgetInput(input.budget)) return false;
   const { schemaVersion, documentId, textRef, title, options } = input;
   if (schemaVersion !== INPUT_SCHEMA_VERSION) return false;
   if (typeof documentId !== 'string' || !DOCUMENT_ID.test(documentId)) return false;
@@ -142,6 +182,18 @@ export function isCompletePipelineInput(input: unknown): input is CompletePipeli
     const { min, max } = OPTION_LIMITS[name];
     return typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
   });
+}
+
+/** What BudgetInputSchema accepts, exactly (src/contract.ts). */
+function isBudgetInput(value: unknown): boolean {
+  if (!isPlainRecord(value) || typeof value.id !== 'string' || !BUDGET_ID.test(value.id)) return false;
+  const measures = Object.keys(value).filter((k) => k !== 'id');
+  if (!measures.every((k) => k === 'tokens' || k === 'usd')) return false;
+  const { tokens, usd } = value;
+  return (
+    (tokens === undefined || (typeof tokens === 'number' && Number.isInteger(tokens) && tokens > 0)) &&
+    (usd === undefined || (typeof usd === 'number' && Number.isFinite(usd) && usd > 0))
+  );
 }
 
 function isPlainRecord(value: unknown): value is Record<string, unknown> {

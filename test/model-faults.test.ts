@@ -56,6 +56,7 @@ before(async () => {
 
 interface SeenRequest {
   idempotencyKey: string | undefined;
+  /** The request says it is the tag step's (`x-pipeline-step`). */
   tag: boolean;
   /** The connection closed before this server finished its answer: the client gave up, or the server reset it. */
   abandoned: boolean;
@@ -78,13 +79,12 @@ async function rawModelServer(
 ): Promise<{ baseUrl: string; seen: SeenRequest[] }> {
   const seen: SeenRequest[] = [];
   const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.resume();
     req.on('end', () => {
       const header = req.headers['idempotency-key'];
       const entry: SeenRequest = {
         idempotencyKey: typeof header === 'string' ? header : undefined,
-        tag: Buffer.concat(chunks).toString('utf8').includes('topic tags'),
+        tag: req.headers['x-pipeline-step'] === 'tag',
         abandoned: false,
       };
       seen.push(entry);
@@ -540,20 +540,23 @@ describe('model faults through real runs on the time-skipping server', () => {
       tagRequests.map((r) => r.idempotencyKey),
       Array(6).fill(`${runId}:tag`),
     );
-    // Every request asks for the tags' JSON schema; every retry also quotes the refusal and caps the tokens.
+    // Every request asks for the tags' JSON schema and caps the tokens; every retry also quotes the refusal, in the
+    // user's message after the document.
     const TagBodySchema = z.object({
-      max_tokens: z.number().int().positive().optional(),
+      max_tokens: z.number().int().positive(),
       response_format: z.object({ type: z.literal('json_schema') }),
       messages: z.array(z.object({ role: z.string(), content: z.string() })),
     });
+    const userText = (body: z.infer<typeof TagBodySchema>): string =>
+      body.messages.find((m) => m.role === 'user')?.content ?? '';
     const [first, ...retries] = tagRequests.map((r) => TagBodySchema.parse(r.body));
-    assert.equal(first?.max_tokens, undefined, 'the first request is the plain one');
-    assert.doesNotMatch(first?.messages[0]?.content ?? '', /refused/);
+    assert.ok(first !== undefined);
+    assert.doesNotMatch(userText(first), /refused/);
     for (const retry of retries) {
-      assert.ok(retry.max_tokens !== undefined, 'a retry did not cap the tokens');
+      assert.equal(retry.max_tokens, first.max_tokens, 'a retry asked for another cap');
       assert.match(
-        retry.messages[0]?.content ?? '',
-        /Your previous answer to this request was refused: model/,
+        userText(retry),
+        /<\/document>\n\n.*Your previous answer to this request was refused: model/s,
       );
     }
     assert.equal(await local.store.countPublications(), 0);

@@ -10,7 +10,13 @@ import {
 import { ApplicationFailure, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { WorkflowIdReusePolicy } from '@temporalio/common';
 import type { PipelineActivities } from '../activities';
-import type { BatchEntry, BatchFailure, BatchProgress, HeldDocument } from '../src/batch-contract';
+import type {
+  BatchEntry,
+  BatchFailure,
+  BatchProgress,
+  BudgetWaitingDocument,
+  HeldDocument,
+} from '../src/batch-contract';
 import {
   describeFailure,
   emptyTally,
@@ -22,7 +28,7 @@ import type { PipelineInput, PipelineResult } from '../src/contract';
 import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
 import type { StepName } from '../src/steps';
 import { asRunsOwnCheck } from './checks';
-import { batchProgressQuery, deliveryHeldSignal } from './queries';
+import { batchProgressQuery, budgetWaitSignal, deliveryHeldSignal } from './queries';
 
 const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '1 minute',
@@ -72,6 +78,13 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     if (heldKey === undefined || source === undefined) held.delete(workflowId);
     else held.set(workflowId, { workflowId, source, heldKey });
   });
+  // Those whose model step waits for its budget to be raised (each run says so: budgetWaitSignal).
+  const overBudget = new Map<string, BudgetWaitingDocument>();
+  setHandler(budgetWaitSignal, ({ workflowId, budgetId }) => {
+    const source = sources.get(workflowId);
+    if (budgetId === undefined || source === undefined) overBudget.delete(workflowId);
+    else overBudget.set(workflowId, { workflowId, source, budgetId });
+  });
 
   const progress = (since = 0): BatchProgress => ({
     total,
@@ -83,6 +96,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     runs: carried.runs,
     open: [...open].slice(0, OPEN_LISTED),
     held: [...held.values()],
+    waitingForBudget: [...overBudget.values()],
     handled,
   });
   setHandler(batchProgressQuery, progress);
@@ -120,6 +134,8 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
       textRef: entry.textRef,
       title: entry.title,
       options: options.pipeline,
+      // The batch's budget is shared by its runs; a batch without one sends none, as before budgets.
+      ...(options.budget === undefined ? {} : { budget: options.budget }),
     };
     let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
     let replaced = false;
@@ -174,6 +190,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
       open.delete(workflowId);
       sources.delete(workflowId);
       held.delete(workflowId);
+      overBudget.delete(workflowId);
     }
   };
 

@@ -13,6 +13,7 @@ import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import type { PipelineResult, PublishResult, SummarizeResult, TagResult } from '../src/contract';
 import {
+  budgetIdOf,
   FailureType,
   heldKeyOf,
   initialProgress,
@@ -20,11 +21,17 @@ import {
   refuseOtherSchemaVersions,
 } from '../src/steps';
 import { asRunsOwnCheck } from './checks';
-import { deliveryHeldSignal, deliverySettledSignal, progressQuery } from './queries';
+import {
+  budgetRaisedSignal,
+  budgetWaitSignal,
+  deliveryHeldSignal,
+  deliverySettledSignal,
+  progressQuery,
+} from './queries';
 import type { PipelineProgress, StepName } from '../src/steps';
 
 export { batch } from './batch';
-export { batchProgressQuery, deliverySettledSignal, progressQuery } from './queries';
+export { batchProgressQuery, budgetRaisedSignal, deliverySettledSignal, progressQuery } from './queries';
 
 /**
  * Retries fit the fault. No attempt cap: a worker that crashes or stalls times its attempts out (heartbeat
@@ -113,10 +120,19 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     activityId: 'tag',
   });
 
+  // A budget is passed on only where the run has one, so the steps' inputs are what they always were without.
+  const spending = input.budget === undefined ? {} : { budget: input.budget };
+  const withinBudget = budgetWaiter(progress);
   const summarizeStep = (): Promise<SummarizeResult> =>
-    step('summarize', () => summarize({ documentId, textRef, maxSentences: options.maxSummarySentences }));
+    step('summarize', () =>
+      withinBudget('summarize', () =>
+        summarize({ documentId, textRef, maxSentences: options.maxSummarySentences, ...spending }),
+      ),
+    );
   const tagStep = (): Promise<TagResult> =>
-    step('tag', () => tag({ documentId, textRef, maxTags: options.maxTags }));
+    step('tag', () =>
+      withinBudget('tag', () => tag({ documentId, textRef, maxTags: options.maxTags, ...spending })),
+    );
 
   // Summarize and tag are independent model calls, so they run side by side. In histories written before this
   // change tag is scheduled only after summarize completed: `patched` is false when such a run is replayed, and it
@@ -150,6 +166,57 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
   // verdict as long as it takes, then looks again.
   const publication = await step('publish', () => publishUntilSettled(publishInput, budget, progress));
   return { documentId, title, summary, tags, publication };
+}
+
+/** How long a step waiting for its budget waits before it looks again by itself (raising it wakes it at once). */
+const BUDGET_FIRST_WAIT_MS = 60_000;
+const BUDGET_MAX_WAIT_MS = 30 * 60_000;
+
+/**
+ * Runs a model step, pausing while its next call would pass the run's budget: the step fails at once with
+ * BudgetExhausted (nothing was paid past the budget), the run shows the step waiting for budget and tells its
+ * batch, then waits for `npm run budget -- raise` (budgetRaisedSignal) or its timer, and runs the step again under
+ * the same activity ID, so the same key: answers already paid for come from the memo.
+ */
+function budgetWaiter(progress: PipelineProgress) {
+  let raised = 0;
+  setHandler(budgetRaisedSignal, () => void raised++);
+  const waiting = new Set<StepName>();
+  const parent = workflowInfo().parent;
+  const tell = async (budgetId: string | undefined): Promise<void> => {
+    if (parent === undefined) return;
+    await getExternalWorkflowHandle(parent.workflowId)
+      .signal(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId })
+      .catch(() => undefined);
+  };
+  return async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
+    for (let waitMs = BUDGET_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, BUDGET_MAX_WAIT_MS)) {
+      try {
+        const result = await run();
+        if (waiting.delete(name) && waiting.size === 0) {
+          delete progress.budgetId;
+          await tell(undefined);
+        }
+        return result;
+      } catch (err) {
+        const overBudget =
+          err instanceof ActivityFailure &&
+          err.cause instanceof ApplicationFailure &&
+          err.cause.type === FailureType.BudgetExhausted;
+        if (!overBudget) throw err;
+        const budgetId = budgetIdOf(err.cause.details) ?? 'unknown';
+        waiting.add(name);
+        if (progress.budgetId !== budgetId) {
+          progress.budgetId = budgetId;
+          await tell(budgetId);
+        }
+        progress.steps[name] = 'budget';
+        const seen = raised;
+        await condition(() => raised > seen, waitMs);
+        progress.steps[name] = 'running';
+      }
+    }
+  };
 }
 
 /** The first wait of a held delivery before it is looked at again; it doubles up to HELD_MAX_WAIT. */

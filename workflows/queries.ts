@@ -1,6 +1,6 @@
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { BatchProgress } from '../src/batch-contract';
-import type { HeldNotice, PipelineProgress } from '../src/steps';
+import type { BudgetNotice, HeldNotice, PipelineProgress } from '../src/steps';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
@@ -13,3 +13,9 @@ export const deliveryHeldSignal = defineSignal<[HeldNotice]>('deliveryHeld');
 
 /** `npm run deliveries -- resolve` tells a held run to look at the ledger again now, not at its next timer. */
 export const deliverySettledSignal = defineSignal('deliverySettled');
+
+/** A document's run tells its batch that a model step waits for its budget to be raised, or goes on again. */
+export const budgetWaitSignal = defineSignal<[BudgetNotice]>('budgetWait');
+
+/** `npm run budget -- raise` tells a run waiting for its budget to try again now, not at its next timer. */
+export const budgetRaisedSignal = defineSignal('budgetRaised');

@@ -59,6 +59,8 @@ async function run(): Promise<void> {
       since,
       stream: process.stdout,
       rerun: args.rerun,
+      ...(args.budget === undefined ? {} : { budget: args.budget }),
+      pacing: stores.rateLimits,
       configuredModel: deps.model.info,
       signal: follow.signal,
     });

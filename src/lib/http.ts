@@ -114,8 +114,12 @@ export function isRetryableStatus(status: number): boolean {
 
 /** A retryable failure for a transient HTTP status, carrying the server's Retry-After as the next delay. */
 export function transientStatusFailure(answer: HttpAnswer, what: string, type: string): ApplicationFailure {
+  const ms = answer.retryAfterMs;
+  // To the millisecond below a second: "Retry-After 0 s" for a 400 ms wait read as "at once".
   const wait =
-    answer.retryAfterMs !== undefined ? `; Retry-After ${Math.round(answer.retryAfterMs / 1000)} s` : '';
+    ms === undefined
+      ? ''
+      : `; Retry-After ${ms < 1_000 ? `${Math.ceil(ms)} ms` : `${+(ms / 1_000).toFixed(1)} s`}`;
   return ApplicationFailure.create({
     type,
     message: `${what} answered HTTP ${answer.status}${wait}: ${excerpt(answer.body)}`,

@@ -1,4 +1,5 @@
 import type { ModelInfo, Usage } from '../contract';
+import type { BudgetRef } from './rate-limit-store';
 
 export interface ModelCall {
   /** `<runId>:<activityId>`: sent as the Idempotency-Key header so a provider that dedupes can do so. */
@@ -10,6 +11,21 @@ export interface ModelCall {
    * identical request: the model gets this quoted back, and the structured output and token limit it needs.
    */
   retryHint?: string;
+  /**
+   * Where the call stands in its step, for the fleet's pacing of a provider's calls and the run's budget
+   * (pacer.ts); the call's key is its place in the queue. Absent: the call is sent unpaced.
+   */
+  pacing?: CallPacing;
+}
+
+export interface CallPacing {
+  step: string;
+  /** The run to wake when a budget it waits for is raised. */
+  workflowId: string;
+  budget?: BudgetRef | undefined;
+  /** This attempt's start-to-close deadline and the step's schedule-to-close one, on this worker's clock. */
+  attemptEndsAt: number;
+  stepEndsAt: number;
 }
 
 export interface ModelAnswer<T> {

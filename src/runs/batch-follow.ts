@@ -3,6 +3,9 @@ import { WorkflowFailedError } from '@temporalio/client';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { batch, batchProgressQuery, progressQuery } from '../../workflows';
 import { describeFailure, OPEN_LISTED } from '../batch-contract';
+import { describePacing } from '../model/pacing-status';
+import type { LimitSettings } from '../model/rate-limit';
+import type { SqlRateLimits } from '../model/rate-limit-store';
 import type { BatchEntry, BatchProgress } from '../batch-contract';
 import { workflowIdFor } from '../contract';
 import { BatchProgressDisplay } from './batch-progress';
@@ -36,12 +39,17 @@ export async function followBatch(
     perDocument: readonly BatchEntry[] | undefined;
     /** When this client attached to a batch under way: what it had taken up before was taken up earlier. */
     resumedBefore: number | undefined;
+    /** The fleet's pacing of provider calls, to say when a provider is limiting the batch; and the set limits. */
+    pacing?: SqlRateLimits;
+    limits?: LimitSettings;
   },
-): Promise<{ progress: BatchProgress; heldOnly: boolean }> {
+): Promise<{ progress: BatchProgress; pausedOnly: boolean }> {
   const display = new BatchProgressDisplay(total, options);
+  const pacing =
+    options.pacing === undefined ? undefined : new PacingWatch(options.pacing, options.limits ?? {});
   let final: BatchProgress | undefined;
-  // Rounds in a row in which every document under way was held: two end the follow (one could be a moment
-  // before the batch starts the next document).
+  // Rounds in a row in which every document under way was paused (its delivery held for a verdict, or waiting for
+  // its budget): two end the follow (one could be a moment before the batch starts the next document).
   let heldRounds = 0;
   let heldEnd: BatchProgress | undefined;
   let failure: unknown;
@@ -77,7 +85,7 @@ export async function followBatch(
       if (progress !== undefined) {
         display.update(progress);
         watchdog.answered();
-        const held = progress.held?.length ?? 0;
+        const held = (progress.held?.length ?? 0) + (progress.waitingForBudget?.length ?? 0);
         heldRounds = held > 0 && progress.running === held ? heldRounds + 1 : 0;
         if (heldRounds >= 2) heldEnd = progress;
         if (options.perDocument !== undefined) {
@@ -85,6 +93,7 @@ export async function followBatch(
           await showDocuments(client, calls, progress.open, titles, shown, (l) => display.log(l));
         }
       }
+      if (pacing !== undefined) for (const line of await pacing.lines()) display.log(line);
       if (heldEnd !== undefined) break;
       const ended = await batchEnd(client, calls, handle.workflowId);
       if (ended !== undefined) ({ final, failure } = ended);
@@ -95,13 +104,13 @@ export async function followBatch(
   }
   // Stopped by the signal, not failed: the batch carries on without this client.
   calls.throwIfStopped();
-  if (heldEnd !== undefined) return { progress: heldEnd, heldOnly: true };
+  if (heldEnd !== undefined) return { progress: heldEnd, pausedOnly: true };
   if (failure !== undefined)
     throw new Error(`batch ${handle.workflowId} failed: ${describeFailure(failure).reason}`);
   if (final === undefined) throw new Error(`batch ${handle.workflowId} ended without a result`);
   if (options.perDocument !== undefined) showHandled(final);
   display.update(final);
-  return { progress: final, heldOnly: false };
+  return { progress: final, pausedOnly: false };
 }
 
 /**
@@ -153,6 +162,44 @@ async function showDocuments(
       }
     }),
   );
+}
+
+/** How often a batch's progress says how a limiting provider paces it. */
+const PACING_EVERY_MS = 10_000;
+
+/**
+ * Says when a provider is limiting the batch: a line every PACING_EVERY_MS while calls wait their turn or the
+ * provider refuses some (calls in the last minute against the limit, refusals so far, calls waiting), read from
+ * the store every worker paces its calls in.
+ */
+class PacingWatch {
+  private lastAt = 0;
+  private readonly refusalsSeen = new Map<string, number>();
+
+  constructor(
+    private readonly limits: SqlRateLimits,
+    private readonly settings: LimitSettings,
+  ) {}
+
+  async lines(): Promise<string[]> {
+    if (Date.now() - this.lastAt < PACING_EVERY_MS) return [];
+    this.lastAt = Date.now();
+    try {
+      const lines: string[] = [];
+      for (const scope of await this.limits.scopes()) {
+        const status = await this.limits.status(scope, this.settings);
+        if (status === undefined) continue;
+        const refused = status.refusals + status.overloads;
+        const newRefusals = refused > (this.refusalsSeen.get(scope) ?? refused);
+        if (!this.refusalsSeen.has(scope) || newRefusals) this.refusalsSeen.set(scope, refused);
+        if (status.waiting > 0 || newRefusals) lines.push(`Limited: ${describePacing(status)}`);
+      }
+      return lines;
+    } catch {
+      // The store is out this round: the next one tells.
+      return [];
+    }
+  }
 }
 
 /**

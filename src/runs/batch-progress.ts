@@ -24,6 +24,7 @@ export class BatchProgressDisplay {
   private lastSeq = 0;
   private lastTenth = -1;
   private readonly heldShown = new Map<string, string>();
+  private readonly budgetShown = new Map<string, string>();
 
   constructor(
     private readonly total: number,
@@ -69,6 +70,15 @@ export class BatchProgressDisplay {
       this.log(
         `HELD ${h.source}: its delivery ${h.heldKey} may have reached the receiver unanswered; settle it with ` +
           'npm run deliveries (the run waits, then finishes)',
+      );
+    }
+    // So is a step waiting for its budget to be raised.
+    for (const b of progress.waitingForBudget ?? []) {
+      if (this.budgetShown.get(b.workflowId) === b.budgetId) continue;
+      this.budgetShown.set(b.workflowId, b.budgetId);
+      this.log(
+        `WAITING FOR BUDGET ${b.source}: its next model call would pass budget ${b.budgetId}; raise it with ` +
+          `npm run budget -- raise ${b.budgetId} --usd <new total> (the run waits, then finishes)`,
       );
     }
     const ended = progress.tally.done + progress.tally.failed;

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { describeFailure } from '../batch-contract';
-import type { BatchEntry, BatchProgress, HeldDocument } from '../batch-contract';
+import type { BatchEntry, BatchProgress, BudgetWaitingDocument, HeldDocument } from '../batch-contract';
 import { workflowIdFor } from '../contract';
 import { formatCost } from '../model/pricing';
 import type { ClientCalls } from './calls';
@@ -16,8 +16,9 @@ export async function readOutcomes(
   entries: readonly BatchEntry[],
   since: number,
   print: (line: string) => void,
-  held: readonly HeldDocument[] = [],
+  paused: { held?: readonly HeldDocument[]; overBudget?: readonly BudgetWaitingDocument[] } = {},
 ): Promise<DocumentOutcome[]> {
+  const { held = [], overBudget = [] } = paused;
   const outcomes: DocumentOutcome[] = new Array<DocumentOutcome>(entries.length);
   let nextIndex = 0;
   const readOne = async (entry: BatchEntry): Promise<DocumentOutcome> => {
@@ -38,6 +39,9 @@ export async function readOutcomes(
     // A held run has no result yet, and waiting for one would wait for a person.
     const heldKey = held.find((h) => h.workflowId === workflowId)?.heldKey;
     if (heldKey !== undefined) return { ...base, result: undefined, error: undefined, report, heldKey };
+    // So does one waiting for its budget to be raised.
+    const budgetId = overBudget.find((b) => b.workflowId === workflowId)?.budgetId;
+    if (budgetId !== undefined) return { ...base, result: undefined, error: undefined, report, budgetId };
     try {
       return { ...base, result: await calls.run(() => handle.result()), error: undefined, report };
     } catch (err) {

@@ -10,7 +10,9 @@ import { failureLine } from './batch-progress';
 import { printTally, readOutcomes } from './batch-results';
 import { storeDocuments } from './batch-upload';
 import { ClientCalls } from './calls';
-import { exitCodeOf, failedOutcome, heldLines, printOutcomes } from './result-table';
+import { budgetLines, exitCodeOf, failedOutcome, heldLines, printOutcomes } from './result-table';
+import { describeBudget } from '../model/pacing-status';
+import type { SqlRateLimits } from '../model/rate-limit-store';
 import type { DocumentOutcome } from './result-table';
 
 export type { DocumentOutcome };
@@ -32,6 +34,10 @@ export interface ProcessOptions {
   uploadConcurrency?: number;
   /** How often the batch's progress is asked for. */
   everyMs?: number;
+  /** What the batch's model calls may spend together; its budget is named after the batch. */
+  budget?: { usd?: number; tokens?: number };
+  /** The fleet's pacing of provider calls and the budgets: progress says when a provider is limiting the batch. */
+  pacing?: SqlRateLimits;
   /** The model the workers are configured with: the table points out results another model made earlier. */
   configuredModel?: ModelInfo;
   /** Tests: the batch's history budget, to see it continue as new on a small batch. */
@@ -109,6 +115,8 @@ async function runBatch(
   }
 
   const window = options.window ?? config.batchWindow;
+  const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
+  const budget = options.budget === undefined ? undefined : { id: batchId, ...options.budget };
   const input: BatchInput = {
     schemaVersion: BATCH_SCHEMA_VERSION,
     manifestRef,
@@ -118,9 +126,9 @@ async function runBatch(
       rerun,
       pipeline: { stepBudgetMinutes: config.stepBudgetMinutes },
       ...(options.historyBudget !== undefined ? { historyBudget: options.historyBudget } : {}),
+      ...(budget === undefined ? {} : { budget }),
     },
   };
-  const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
   const attachedAt = Date.now();
   const handle = await calls.run(() =>
     client.workflow.start(batch, {
@@ -141,18 +149,21 @@ async function runBatch(
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
-  const { progress: final, heldOnly } = await followBatch(client, calls, handle, total, config.taskQueue, {
+  const { progress: final, pausedOnly } = await followBatch(client, calls, handle, total, config.taskQueue, {
     print,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
     everyMs: options.everyMs ?? 1_000,
     perDocument: listed,
     resumedBefore: resumed ? attachedAt : undefined,
+    ...(options.pacing === undefined ? {} : { pacing: options.pacing, limits: config.modelLimits }),
   });
 
-  // Ended with only held documents under way: their runs go on, and finish once their deliveries are settled.
-  const held = heldOnly ? (final.held ?? []) : [];
+  // Ended with only paused documents under way (deliveries held for a verdict, steps waiting for their budget):
+  // their runs go on, and finish once the verdict is given or the budget raised.
+  const held = pausedOnly ? (final.held ?? []) : [];
+  const overBudget = pausedOnly ? (final.waitingForBudget ?? []) : [];
   const outcomes = listed
-    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print, held))]
+    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print, { held, overBudget }))]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
   // Stopped while reading the results: their errors say only that.
   signal?.throwIfAborted();
@@ -165,12 +176,18 @@ async function runBatch(
   else {
     printTally(final, rejected.length, print);
     for (const line of heldLines(held)) print(line);
+    for (const line of budgetLines(overBudget)) print(line);
+  }
+  // Spent against the budget, from the store every worker settles its calls in.
+  if (budget !== undefined && options.pacing !== undefined) {
+    const status = await options.pacing.budget(budget.id).catch(() => undefined);
+    if (status !== undefined) print(describeBudget(status));
   }
   const failed = final.tally.failed + rejected.length;
   return {
     batchId,
     outcomes,
     tally: final.tally,
-    exitCode: exitCodeOf(failed, final.tally.superseded, held.length),
+    exitCode: exitCodeOf(failed, final.tally.superseded, held.length, overBudget.length),
   };
 }

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { modelStepResults } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
-import { formatCost, totalUsage } from '../model/pricing';
+import { formatCost, formatTokens, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
 import { cut, terminalWidth, titleWidth } from './columns';
@@ -17,6 +17,8 @@ export interface DocumentOutcome {
   report: RecoveryReport | undefined;
   /** Its run waits for a verdict on its delivery under this key (npm run deliveries): not ended, not failed. */
   heldKey?: string;
+  /** Its run waits for this budget to be raised (npm run budget): not ended, not failed. */
+  budgetId?: string;
 }
 
 /** The outcome of a document that failed before or without a result: a rejected file, a failure the batch listed. */
@@ -32,14 +34,17 @@ export function failedOutcome(
  * How a document ended: published, superseded (a newer run of it had published first), failed, or held (its
  * delivery may have landed unanswered; its run goes on once a person or the receiver's lookup says).
  */
-export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held';
+export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held' | 'budget';
 
 /** The exit code of a batch that ended with deliveries held for a verdict, and nothing failed. */
 export const HELD_EXIT_CODE = 4;
+/** The exit code of a batch that ended with documents waiting for their budget, and nothing failed or held. */
+export const BUDGET_EXIT_CODE = 5;
 
 /** The status of one document. A superseded publication was answered, not written: it is never "published". */
 export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
   if (outcome.heldKey !== undefined) return 'held';
+  if (outcome.budgetId !== undefined) return 'budget';
   if (outcome.result === undefined) return 'failed';
   return outcome.result.publication.superseded === true ? 'superseded' : 'published';
 }
@@ -55,14 +60,28 @@ export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
     statuses.filter((s) => s === 'failed').length,
     statuses.filter((s) => s === 'superseded').length,
     statuses.filter((s) => s === 'held').length,
+    statuses.filter((s) => s === 'budget').length,
   );
 }
 
 /** exitCodeFor from counts, for a batch that counted its documents rather than listing them. */
-export function exitCodeOf(failed: number, superseded: number, held = 0): number {
+export function exitCodeOf(failed: number, superseded: number, held = 0, overBudget = 0): number {
   if (failed > 0) return 1;
   if (held > 0) return HELD_EXIT_CODE;
+  if (overBudget > 0) return BUDGET_EXIT_CODE;
   return superseded > 0 ? 3 : 0;
+}
+
+/** The lines that say which documents wait for their budget and how to raise it. */
+export function budgetLines(waiting: readonly { source: string; budgetId: string }[]): string[] {
+  if (waiting.length === 0) return [];
+  const budgets = [...new Set(waiting.map((w) => w.budgetId))];
+  return [
+    `${waiting.length} document(s) wait for their budget: their next model call would pass it, and nothing is ` +
+      'paid past a budget. Raise it and their runs go on by themselves (npm run budget shows what is spent):',
+    ...budgets.map((id) => `BUDGET ${id}: npm run budget -- raise ${id} --usd <new total>   (or --tokens N)`),
+    ...waiting.map((w) => `WAITING FOR BUDGET ${w.source} (budget ${w.budgetId})`),
+  ];
 }
 
 /** The lines that say which deliveries wait for a verdict and how to give it. */
@@ -90,6 +109,8 @@ function statusCell(outcome: DocumentOutcome): string {
       return 'FAILED';
     case 'held':
       return 'HELD';
+    case 'budget':
+      return 'WAITING: budget';
   }
 }
 
@@ -178,11 +199,16 @@ export function printOutcomes(
   const superseded =
     count('superseded') > 0 ? ` ${count('superseded')} superseded by a newer run (not written),` : '';
   const held = count('held') > 0 ? ` ${count('held')} held for a verdict on their delivery,` : '';
+  const waiting = count('budget') > 0 ? ` ${count('budget')} waiting for their budget,` : '';
   print(
-    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held} ${count('failed')} failed.`,
+    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held}${waiting} ${count('failed')} failed.`,
   );
   for (const line of heldLines(
     outcomes.flatMap((o) => (o.heldKey !== undefined ? [{ source: o.source, heldKey: o.heldKey }] : [])),
+  ))
+    print(line);
+  for (const line of budgetLines(
+    outcomes.flatMap((o) => (o.budgetId !== undefined ? [{ source: o.source, budgetId: o.budgetId }] : [])),
   ))
     print(line);
   for (const o of outcomes) {
@@ -243,8 +269,8 @@ function paidSteps(outcome: DocumentOutcome): UsageOfStep[] {
 
 type UsageOfStep = Pick<ModelStepFields, 'usage' | 'rejectedUsage' | 'estimatedCostUsd'>;
 
-/** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`. */
+/** Tokens in/out and estimated cost of some model steps, e.g. `1200/85 tok, $0.000231`, `1200 (900 cached)/85 tok, …`. */
 export function describeUsage(steps: readonly UsageOfStep[]): string {
   const total = totalUsage(steps);
-  return `${total.inputTokens}/${total.outputTokens} tok, ${formatCost(total.costUsd)}`;
+  return `${formatTokens(total)}, ${formatCost(total.costUsd)}`;
 }

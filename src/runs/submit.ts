@@ -118,6 +118,7 @@ const MARK: Record<StepState, string> = {
   done: '✓',
   failed: '✗',
   held: '⏸ held',
+  budget: '⏸ waiting for budget',
 };
 
 /**

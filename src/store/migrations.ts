@@ -209,4 +209,72 @@ export const MIGRATIONS: readonly Migration[] = [
       publications: (db) => addColumn(db, 'publications', 'scheduled_at', TYPES[db.dialect].bigint),
     },
   },
+  {
+    version: 5,
+    name: 'pacing of model calls for the whole fleet, and budgets of tokens and dollars',
+    up: {
+      async memo(db) {
+        const t = TYPES[db.dialect];
+        const float = db.dialect === 'postgres' ? 'double precision' : 'real';
+        await db.run(
+          db.build.schema
+            .createTable('model_limits')
+            .ifNotExists()
+            .addColumn('scope', 'text', (c) => c.primaryKey())
+            .addColumn('state', t.json, (c) => c.notNull())
+            .addColumn('updated_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createTable('model_call_holds')
+            .ifNotExists()
+            .addColumn('hold_key', 'text', (c) => c.notNull())
+            .addColumn('nonce', 'text', (c) => c.notNull())
+            .addColumn('scope', 'text', (c) => c.notNull())
+            .addColumn('budget_id', 'text')
+            .addColumn('tokens', t.bigint, (c) => c.notNull())
+            .addColumn('usd', float, (c) => c.notNull())
+            .addColumn('start_at', t.bigint, (c) => c.notNull())
+            .addColumn('lease_until', t.bigint, (c) => c.notNull())
+            .addColumn('ended', t.flag, (c) => c.notNull().defaultTo(db.dialect === 'postgres' ? false : 0))
+            .addPrimaryKeyConstraint('model_call_holds_pkey', ['hold_key', 'nonce']),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('model_call_holds_scope')
+            .ifNotExists()
+            .on('model_call_holds')
+            .column('scope'),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('model_call_holds_budget')
+            .ifNotExists()
+            .on('model_call_holds')
+            .column('budget_id'),
+        );
+        await db.run(
+          db.build.schema
+            .createTable('model_budgets')
+            .ifNotExists()
+            .addColumn('budget_id', 'text', (c) => c.primaryKey())
+            .addColumn('limit_tokens', t.bigint)
+            .addColumn('limit_usd', float)
+            .addColumn('spent_tokens', t.bigint, (c) => c.notNull().defaultTo(0))
+            .addColumn('spent_usd', float, (c) => c.notNull().defaultTo(0))
+            .addColumn('created_at', t.time, t.stamped)
+            .addColumn('updated_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createTable('model_budget_waiters')
+            .ifNotExists()
+            .addColumn('budget_id', 'text', (c) => c.notNull())
+            .addColumn('workflow_id', 'text', (c) => c.notNull())
+            .addColumn('since', t.time, t.stamped)
+            .addPrimaryKeyConstraint('model_budget_waiters_pkey', ['budget_id', 'workflow_id']),
+        );
+      },
+    },
+  },
 ];

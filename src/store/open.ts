@@ -3,12 +3,14 @@ import { FileBlobStore } from '../documents/blobs';
 import type { BlobStore } from '../documents/blobs';
 import { TableBlobStore } from '../documents/blobs-table';
 import type { AnswerMemo } from '../model/memo';
-import { SqlAnswerMemo, SqliteAnswerMemo } from '../model/memo-store';
+import { SqlAnswerMemo } from '../model/memo-store';
+import { SqlRateLimits } from '../model/rate-limit-store';
 import type { DeliveryLedger } from '../publisher/ledger';
 import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../publisher/ledger-store';
 import { SqlitePublicationStore, SqlPublicationStore } from '../publisher/publication-store';
 import type { PublicationStore } from '../publisher/publication-store';
 import { openPostgres, postgresSql } from './sql-postgres';
+import { openSqlite } from './sql-sqlite';
 
 /** The state the pipeline keeps, in one backend: the embedded SQLite files, or the fleet's PostgreSQL. */
 export interface Stores {
@@ -16,6 +18,8 @@ export interface Stores {
   blobs: BlobStore;
   memo: AnswerMemo;
   ledger: DeliveryLedger;
+  /** The pacing of model calls and the budgets, shared by every worker on this backend (beside the memo). */
+  rateLimits: SqlRateLimits;
   /** The built-in publish target's database, opened on first use (a webhook deployment never opens it). */
   publications(): PublicationStore;
   close(): Promise<void>;
@@ -36,12 +40,15 @@ export async function openStores(config: Config): Promise<Stores> {
       blobs: new TableBlobStore(db),
       memo: new SqlAnswerMemo(db),
       ledger: new SqlDeliveryLedger(db),
+      rateLimits: new SqlRateLimits(db),
       publications: () => publications,
       close: () => pool.end(),
     };
   }
   const files = config.paths;
-  const memo = new SqliteAnswerMemo(files.memo);
+  // The pacing shares the memo's file (and its one connection of this process).
+  const memoDb = openSqlite(files.memo, 'memo');
+  const memo = new SqlAnswerMemo(memoDb);
   const ledger = new SqliteDeliveryLedger(files.ledger);
   let publications: SqlitePublicationStore | undefined;
   return {
@@ -49,6 +56,7 @@ export async function openStores(config: Config): Promise<Stores> {
     blobs: new FileBlobStore(files.blobs),
     memo,
     ledger,
+    rateLimits: new SqlRateLimits(memoDb),
     publications: () => (publications ??= new SqlitePublicationStore(files.publications)),
     async close() {
       await memo.close();

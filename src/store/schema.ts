@@ -82,6 +82,49 @@ export interface PublicationDeliveriesTable {
   received_at: Time;
 }
 
+/** One scope's pacing state (a provider's model behind one address): see src/model/rate-limit.ts. */
+export interface ModelLimitsTable {
+  scope: string;
+  state: Json;
+  updated_at: Time;
+}
+
+/**
+ * A call's place in its scope's queue, kept until the call ends: the calls in flight, and the tokens and dollars a
+ * budget has promised but not yet seen spent. Times are epoch milliseconds of the store's clock in both backends.
+ */
+export interface ModelCallHoldsTable {
+  hold_key: string;
+  /** Tells one hold under a key from the next one under the same key (a retry after a refusal). */
+  nonce: string;
+  scope: string;
+  budget_id: string | null;
+  tokens: number;
+  usd: number;
+  start_at: number;
+  lease_until: number;
+  /** Set when the call ended and its spending was counted: a repeated end counts nothing. */
+  ended: Flag;
+}
+
+/** A budget of tokens and dollars that a batch or a run may spend on model calls; null: no limit on that measure. */
+export interface ModelBudgetsTable {
+  budget_id: string;
+  limit_tokens: number | null;
+  limit_usd: number | null;
+  spent_tokens: ColumnType<number, number | undefined, number>;
+  spent_usd: ColumnType<number, number | undefined, number>;
+  created_at: Time;
+  updated_at: Time;
+}
+
+/** Runs paused because a call would pass their budget: raising it wakes them. */
+export interface ModelBudgetWaitersTable {
+  budget_id: string;
+  workflow_id: string;
+  since: Time;
+}
+
 export interface SchemaMigrationsTable {
   version: number;
   name: string;
@@ -96,6 +139,10 @@ export interface Schema {
   publications: PublicationsTable;
   publication_revisions: PublicationRevisionsTable;
   publication_deliveries: PublicationDeliveriesTable;
+  model_limits: ModelLimitsTable;
+  model_call_holds: ModelCallHoldsTable;
+  model_budgets: ModelBudgetsTable;
+  model_budget_waiters: ModelBudgetWaitersTable;
   schema_migrations: SchemaMigrationsTable;
 }
 

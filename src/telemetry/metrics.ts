@@ -23,6 +23,10 @@ export interface PipelineMetrics {
   /** A failed attempt, and whether Temporal will retry it. */
   stepFailed(step: string, retried: boolean): void;
   publication(outcome: PublicationOutcome): void;
+  /** The provider pushed back on a call: a 429 (`rate_limited`) or an "overloaded" answer. */
+  modelRefused(step: string, model: ModelInfo, kind: 'rate_limited' | 'overloaded'): void;
+  /** Time a call waited for its turn at the provider's limit, in seconds. */
+  limiterWaited(model: ModelInfo, seconds: number): void;
 }
 
 /** Metrics that go nowhere: the default of the activities' dependencies. */
@@ -32,6 +36,8 @@ export const noMetrics: PipelineMetrics = {
   stepRerun: () => {},
   stepFailed: () => {},
   publication: () => {},
+  modelRefused: () => {},
+  limiterWaited: () => {},
 };
 
 /** The names this module registers, for the dashboard's and the tests' checks. */
@@ -42,11 +48,13 @@ export const PIPELINE_METRIC_NAMES = [
   'pipeline_step_reruns_total',
   'pipeline_step_failures_total',
   'pipeline_publications_total',
+  'pipeline_model_refusals_total',
+  'pipeline_model_limiter_wait_seconds_total',
 ] as const;
 
 /** The pipeline's counters, registered on `registry`. */
 export function pipelineMetrics(registry: Registry): PipelineMetrics {
-  const [tokens, cost, memoHits, reruns, failures, publications] = [
+  const [tokens, cost, memoHits, reruns, failures, publications, refusals, limiterWait] = [
     new Counter({
       name: 'pipeline_model_tokens_total',
       help: 'Model tokens paid for, by step, provider, model and type (input or output); memo hits add none',
@@ -83,6 +91,18 @@ export function pipelineMetrics(registry: Registry): PipelineMetrics {
       labelNames: ['outcome'],
       registers: [registry],
     }),
+    new Counter({
+      name: 'pipeline_model_refusals_total',
+      help: 'Model calls the provider pushed back on, by kind: rate_limited (429) or overloaded (503, 529); each waits its turn and goes again',
+      labelNames: ['step', 'provider', 'model', 'kind'],
+      registers: [registry],
+    }),
+    new Counter({
+      name: 'pipeline_model_limiter_wait_seconds_total',
+      help: "Seconds model calls waited for their turn at the provider's limit (the fleet's pacing, a refusal's Retry-After)",
+      labelNames: ['provider', 'model'],
+      registers: [registry],
+    }),
   ];
   return {
     modelPaid(step, model, usage, costUsd) {
@@ -95,6 +115,10 @@ export function pipelineMetrics(registry: Registry): PipelineMetrics {
     stepRerun: (step) => reruns.inc({ step }),
     stepFailed: (step, retried) => failures.inc({ step, retried: String(retried) }),
     publication: (outcome) => publications.inc({ outcome }),
+    modelRefused: (step, model, kind) =>
+      refusals.inc({ step, provider: model.provider, model: model.model, kind }),
+    limiterWaited: (model, seconds) =>
+      limiterWait.inc({ provider: model.provider, model: model.model }, Math.max(0, seconds)),
   };
 }
 

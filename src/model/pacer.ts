@@ -1,0 +1,291 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+import { FailureType } from '../steps';
+import type { ModelInfo, Usage } from '../contract';
+import { noMetrics } from '../telemetry/metrics';
+import type { PipelineMetrics } from '../telemetry/metrics';
+import { formatDelay } from '../telemetry/attempts';
+import { estimateCost } from './pricing';
+import type { PriceTable } from './pricing';
+import { estimateTokens } from './rate-limit';
+import type { CallEnd, LimitSettings, ProviderLimits } from './rate-limit';
+import type { BudgetRef, BudgetStatus, Spent, SqlRateLimits } from './rate-limit-store';
+
+/** Where a paced call stands in its step: what the pacing needs beyond the request itself. */
+export interface CallPlace {
+  /** The step's idempotency key: the call's place in the queue is kept under it across attempts. */
+  holdKey: string;
+  /** The run to wake when a budget it waits for is raised. */
+  workflowId: string;
+  step: string;
+  budget?: BudgetRef | undefined;
+  /** When this attempt's start-to-close timeout ends, on this worker's clock; Infinity when it has none. */
+  attemptEndsAt: number;
+  /** When the step's whole budget (schedule-to-close) ends, on this worker's clock; Infinity when it has none. */
+  stepEndsAt: number;
+  signal: AbortSignal;
+}
+
+/** One request as the pacing sees it: its size, and how to send it. */
+export interface PacedRequest<T> {
+  /** Characters of the prompt (instructions and text) and the most tokens the answer may use. */
+  promptChars: number;
+  maxOutputTokens: number;
+  send(): Promise<{ value: T; usage: Usage; limits: ProviderLimits }>;
+}
+
+/** The provider's push-back, as a model client reports it: a ProviderBusy failure with these details. */
+export const BusyDetailsSchema = z.object({
+  overloaded: z.boolean(),
+  retryAfterMs: z.number().optional(),
+  limits: z.custom<ProviderLimits>((v) => typeof v === 'object' && v !== null),
+});
+export type BusyDetails = z.infer<typeof BusyDetailsSchema>;
+
+/** The details of a budget's refusal, for the workflow and the CLI. */
+export interface BudgetDetails {
+  budget: BudgetStatus;
+  needed: { tokens: number; usd: number };
+}
+
+/** A model call's spending the provider was paid for but the step refused: the client attaches it (ai-sdk.ts). */
+const PaidDetailsSchema = z.object({
+  paidUsage: z.object({ inputTokens: z.number(), outputTokens: z.number() }),
+});
+
+interface Logger {
+  info(message: string, attributes?: Record<string, unknown>): void;
+  warn(message: string, attributes?: Record<string, unknown>): void;
+}
+
+/** Longest wait for a turn inside an attempt; a longer one ends the attempt and waits outside it. */
+const MAX_INLINE_WAIT_MS = 60_000;
+/** Calls of this process that may wait for their turn inside an attempt (each holds an activity slot). */
+const MAX_INLINE_WAITERS = 32;
+/** How often a call waiting for its turn reads it again. */
+const TURN_READ_MS = 1_000;
+/** Room left after a turn for the call itself, before the attempt's own timeout. */
+const CALL_ROOM_MS = 15_000;
+
+/**
+ * Paces a provider's calls for the whole fleet (rate-limit-store.ts) and keeps them within their budget. Each
+ * call takes a turn before it is sent, waits for it (heartbeating: the caller's heartbeats go on), and reports how
+ * it ended. A refusal (429) or an "overloaded" answer is back-pressure: the call takes a new turn and goes again,
+ * in the same attempt while the attempt has room, never counted as a provider error. A turn further off than the
+ * attempt should wait ends the attempt with ProviderBusy and the time to come back: the place is kept under the
+ * step's key, and the worker's slot is free for publishes and other providers meanwhile.
+ */
+export class Pacer {
+  private inlineWaiters = 0;
+
+  constructor(
+    private readonly limits: SqlRateLimits,
+    private readonly scope: string,
+    private readonly model: ModelInfo,
+    private readonly options: {
+      prices?: PriceTable | undefined;
+      metrics?: PipelineMetrics | undefined;
+      /** A call's place is kept this long after its start time: the longest a call may take, and then some. */
+      leaseMs: number;
+      /** The operator's limits (MODEL_RPM, MODEL_TPM, MODEL_MAX_CONCURRENT). */
+      settings: LimitSettings;
+      log: Logger;
+    },
+  ) {}
+
+  async run<T>(place: CallPlace, request: PacedRequest<T>): Promise<{ value: T; usage: Usage }> {
+    const metrics = this.options.metrics ?? noMetrics;
+    for (;;) {
+      const charsPerToken = await this.limits.charsPerToken(this.scope);
+      const tokens = estimateTokens(request.promptChars, request.maxOutputTokens, charsPerToken);
+      const usd =
+        estimateCost(this.options.prices ?? {}, this.model, {
+          inputTokens: tokens - request.maxOutputTokens,
+          outputTokens: request.maxOutputTokens,
+        }) ?? 0;
+      const turn = await this.limits.reserve(
+        {
+          scope: this.scope,
+          holdKey: place.holdKey,
+          tokens,
+          usd,
+          budget: place.budget,
+          workflowId: place.workflowId,
+          leaseMs: this.options.leaseMs,
+        },
+        this.options.settings,
+      );
+      if (turn.kind === 'budget') throw budgetFailure(place, turn.budget, { tokens, usd });
+      if (turn.kind === 'busy') {
+        await this.wait(place, turn.retryInMs, metrics);
+        continue;
+      }
+      await this.wait(place, turn.waitMs, metrics, { holdKey: place.holdKey, nonce: turn.nonce });
+      const sentAt = Date.now();
+      let answer: { value: T; usage: Usage; limits: ProviderLimits };
+      try {
+        answer = await request.send();
+      } catch (err) {
+        const busy = busyDetailsOf(err);
+        if (busy !== undefined) {
+          await this.end(place, turn.nonce, {
+            kind: 'refused',
+            overloaded: busy.overloaded,
+            retryAfterMs: busy.retryAfterMs,
+            limits: busy.limits,
+            elapsedMs: Date.now() - sentAt,
+          });
+          metrics.modelRefused(place.step, this.model, busy.overloaded ? 'overloaded' : 'rate_limited');
+          this.options.log.info('The provider is limiting calls; this call waits its turn and goes again', {
+            step: place.step,
+            answer: busy.overloaded ? 'overloaded' : '429',
+            retryAfterMs: busy.retryAfterMs,
+          });
+          continue;
+        }
+        const paid = PaidDetailsSchema.safeParse(
+          err instanceof ApplicationFailure ? err.details?.[0] : undefined,
+        );
+        await this.end(
+          place,
+          turn.nonce,
+          paid.success
+            ? this.answered(tokens, paid.data.paidUsage, {}, Date.now() - sentAt)
+            : { kind: 'unanswered' },
+          paid.success ? this.spent(paid.data.paidUsage, request.promptChars) : undefined,
+        );
+        throw err;
+      }
+      await this.end(
+        place,
+        turn.nonce,
+        this.answered(tokens, answer.usage, answer.limits, Date.now() - sentAt),
+        this.spent(answer.usage, request.promptChars),
+      );
+      return { value: answer.value, usage: answer.usage };
+    }
+  }
+
+  private answered(reserved: number, usage: Usage, limits: ProviderLimits, elapsedMs: number) {
+    return {
+      kind: 'answered' as const,
+      reservedTokens: reserved,
+      usedTokens: usage.inputTokens + usage.outputTokens,
+      limits,
+      elapsedMs,
+    };
+  }
+
+  private spent(usage: Usage, promptChars: number) {
+    return {
+      tokens: usage.inputTokens + usage.outputTokens,
+      usd: estimateCost(this.options.prices ?? {}, this.model, usage) ?? 0,
+      promptChars,
+      inputTokens: usage.inputTokens,
+    };
+  }
+
+  /**
+   * Waits `ms` (with a little jitter, so waiters given one time do not return together) inside the attempt, or
+   * ends the attempt to wait outside it when the wait is long, the attempt has no room left for it, or enough of
+   * this process's slots wait already.
+   */
+  private async wait(
+    place: CallPlace,
+    ms: number,
+    metrics: PipelineMetrics,
+    hold?: { holdKey: string; nonce: string },
+  ): Promise<void> {
+    if (ms <= 0) return;
+    const waitMs = ms + Math.random() * Math.min(250, ms * 0.1);
+    const now = Date.now();
+    if (now + waitMs > place.stepEndsAt) {
+      throw ApplicationFailure.create({
+        type: FailureType.ProviderBusy,
+        nonRetryable: true,
+        message:
+          `${place.step} would wait ${formatDelay(waitMs)} for the provider's limit (${this.scope}), past the ` +
+          "step's budget: raise STEP_BUDGET_MINUTES, send fewer documents at once, or raise the provider's limit",
+      });
+    }
+    const inline =
+      waitMs <= MAX_INLINE_WAIT_MS &&
+      now + waitMs + CALL_ROOM_MS <= place.attemptEndsAt &&
+      this.inlineWaiters < MAX_INLINE_WAITERS;
+    if (!inline) {
+      // Counted now: the wait happens between this attempt and the next, which the server schedules.
+      metrics.limiterWaited(this.model, waitMs / 1000);
+      throw ApplicationFailure.create({
+        type: FailureType.ProviderBusy,
+        message: `${place.step} waits ${formatDelay(waitMs)} for its turn at the provider's limit (${this.scope})`,
+        nextRetryDelay: Math.ceil(waitMs),
+      });
+    }
+    this.inlineWaiters++;
+    try {
+      // The turn moves while it waits (the provider's counts move the queue): it is read again every second.
+      for (let left = waitMs; left > 0;) {
+        await sleep(Math.min(left, TURN_READ_MS), undefined, { signal: place.signal });
+        if (left <= TURN_READ_MS || hold === undefined) break;
+        const moved = await this.limits.turn(hold).catch(() => left - TURN_READ_MS);
+        left = moved === undefined ? 0 : moved;
+      }
+    } finally {
+      this.inlineWaiters--;
+      metrics.limiterWaited(this.model, (Date.now() - now) / 1000);
+    }
+  }
+
+  /** Reports a call's end, through a brief outage of the store: it settles the budget and teaches the pacing. */
+  private async end(place: CallPlace, nonce: string, end: CallEnd, spent?: Spent): Promise<void> {
+    for (let tries = 1; ; tries++) {
+      try {
+        await this.limits.end(
+          this.scope,
+          { holdKey: place.holdKey, nonce },
+          end,
+          this.options.settings,
+          spent,
+        );
+        return;
+      } catch (err) {
+        if (tries >= 5 || place.signal.aborted) {
+          this.options.log.warn('Could not record the end of a model call with the pacing', {
+            step: place.step,
+            error: String(err),
+          });
+          return;
+        }
+        await sleep(500 * tries);
+      }
+    }
+  }
+}
+
+/** The push-back a ProviderBusy failure carries, if `err` is one. */
+export function busyDetailsOf(err: unknown): BusyDetails | undefined {
+  if (!(err instanceof ApplicationFailure) || err.type !== FailureType.ProviderBusy) return undefined;
+  const details = BusyDetailsSchema.safeParse(err.details?.[0]);
+  return details.success ? details.data : undefined;
+}
+
+function budgetFailure(
+  place: CallPlace,
+  budget: BudgetStatus,
+  needed: { tokens: number; usd: number },
+): ApplicationFailure {
+  const details: BudgetDetails = { budget, needed };
+  const spent =
+    budget.limitUsd !== null
+      ? `$${budget.spentUsd.toFixed(4)} of $${budget.limitUsd.toFixed(4)}`
+      : `${budget.spentTokens} of ${budget.limitTokens ?? '∞'} tokens`;
+  return ApplicationFailure.create({
+    type: FailureType.BudgetExhausted,
+    nonRetryable: true,
+    message:
+      `${place.step} would pass budget ${budget.id} (spent ${spent}, this call needs up to ${needed.tokens} tokens, ` +
+      `$${needed.usd.toFixed(4)}): the run waits; raise it with npm run budget -- raise ${budget.id} --usd <dollars>`,
+    details: [details],
+  });
+}

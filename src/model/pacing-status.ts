@@ -1,0 +1,33 @@
+import { formatCost } from './pricing';
+import type { BudgetStatus, ScopeStatus } from './rate-limit-store';
+
+/** One line for a budget: `Budget batch-1f2e: spent $0.0120 of $0.0500, 48210 of 200000 tokens (...)`. */
+export function describeBudget(budget: BudgetStatus): string {
+  const usd =
+    budget.limitUsd === null
+      ? `${formatCost(budget.spentUsd)} (no dollar limit)`
+      : `${formatCost(budget.spentUsd)} of ${formatCost(budget.limitUsd)}`;
+  const tokens =
+    budget.limitTokens === null
+      ? `${budget.spentTokens} tokens (no token limit)`
+      : `${budget.spentTokens} of ${budget.limitTokens} tokens`;
+  const promised =
+    budget.reservedTokens > 0 ? `; ${budget.reservedTokens} tokens promised to calls under way` : '';
+  return `Budget ${budget.id}: spent ${usd}, ${tokens}${promised}`;
+}
+
+/**
+ * One line for a provider's pacing, e.g. `Provider openai-compatible/gpt-4o-mini at http://…: 58 calls in the last
+ * minute against 60/min and 200000 tokens/min, 3 refused (429) so far, 12 waiting their turn`.
+ */
+export function describePacing(status: ScopeStatus): string {
+  const { requestsPerMinute, tokensPerMinute } = status.limits;
+  const limits = [
+    ...(requestsPerMinute === undefined ? [] : [`${requestsPerMinute} calls/min`]),
+    ...(tokensPerMinute === undefined ? [] : [`${tokensPerMinute} tokens/min`]),
+  ];
+  const against = limits.length > 0 ? `against ${limits.join(' and ')}` : 'no limit known yet';
+  const refused = `${status.refusals} refused (429)${status.overloads > 0 ? `, ${status.overloads} overloaded` : ''} so far`;
+  const waiting = status.waiting > 0 ? `, ${status.waiting} waiting their turn` : '';
+  return `Provider ${status.scope}: ${status.callsLastMinute} calls in the last minute ${against}, ${refused}${waiting}`;
+}
