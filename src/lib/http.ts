@@ -114,17 +114,21 @@ export function isRetryableStatus(status: number): boolean {
 
 /** A retryable failure for a transient HTTP status, carrying the server's Retry-After as the next delay. */
 export function transientStatusFailure(answer: HttpAnswer, what: string, type: string): ApplicationFailure {
-  const ms = answer.retryAfterMs;
-  // To the millisecond below a second: "Retry-After 0 s" for a 400 ms wait read as "at once".
   const wait =
-    ms === undefined
-      ? ''
-      : `; Retry-After ${ms < 1_000 ? `${Math.ceil(ms)} ms` : `${+(ms / 1_000).toFixed(1)} s`}`;
+    answer.retryAfterMs === undefined ? '' : `; Retry-After ${retryAfterWords(answer.retryAfterMs)}`;
   return ApplicationFailure.create({
     type,
     message: `${what} answered HTTP ${answer.status}${wait}: ${excerpt(answer.body)}`,
     nextRetryDelay: answer.retryAfterMs,
   });
+}
+
+/**
+ * A server's requested wait for a person, never rounded down: `400 ms`, `1.4 s`, `7 s` ("Retry-After 0 s" for a
+ * 400 ms wait read as "at once").
+ */
+export function retryAfterWords(ms: number): string {
+  return ms < 1_000 ? `${Math.ceil(ms)} ms` : `${Math.ceil(ms / 100) / 10} s`;
 }
 
 /** Shortens a response body for an error message. */

@@ -14,12 +14,12 @@ import {
   excerpt,
   isRetryableStatus,
   retryAfterOf,
+  retryAfterWords,
   transientStatusFailure,
 } from '../lib/http';
 import { describeIssues, FailureType } from '../contract';
 import type { ModelInfo, ModelStepName, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
-import { formatDelay } from '../telemetry/attempts';
 import type { BusyDetails, Pacer } from './pacer';
 import { findProvider } from './providers';
 import { limitsFromHeaders } from './rate-limit';
@@ -329,7 +329,7 @@ function busyFailure(status: number, headers: Headers, body: string, what: strin
     type: FailureType.ProviderBusy,
     message:
       `${what} answered HTTP ${status} (${status === 429 ? 'rate limited' : 'overloaded'})` +
-      `${retryAfterMs === undefined ? '' : `; Retry-After ${formatDelay(retryAfterMs)}`}: ${excerpt(body)}`,
+      `${retryAfterMs === undefined ? '' : `; Retry-After ${retryAfterWords(retryAfterMs)}`}: ${excerpt(body)}`,
     nextRetryDelay: retryAfterMs,
     details: [details],
   });

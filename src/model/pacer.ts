@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { FailureType } from '../steps';
+import { UsageSchema } from '../contract';
 import type { ModelInfo, Usage } from '../contract';
 import { noMetrics } from '../telemetry/metrics';
 import type { PipelineMetrics } from '../telemetry/metrics';
@@ -50,9 +51,7 @@ export interface BudgetDetails {
 }
 
 /** A model call's spending the provider was paid for but the step refused: the client attaches it (ai-sdk.ts). */
-const PaidDetailsSchema = z.object({
-  paidUsage: z.object({ inputTokens: z.number(), outputTokens: z.number() }),
-});
+const PaidDetailsSchema = z.object({ paidUsage: UsageSchema });
 
 interface Logger {
   info(message: string, attributes?: Record<string, unknown>): void;
@@ -63,6 +62,8 @@ interface Logger {
 const MAX_INLINE_WAIT_MS = 60_000;
 /** Calls of this process that may wait for their turn inside an attempt (each holds an activity slot). */
 const MAX_INLINE_WAITERS = 32;
+/** How long before its turn an attempt that waited outside comes back. */
+const EARLY_RETURN_MS = 2_000;
 /** How often a call waiting for its turn reads it again. */
 const TURN_READ_MS = 1_000;
 /** Room left after a turn for the call itself, before the attempt's own timeout. */
@@ -99,11 +100,20 @@ export class Pacer {
     for (;;) {
       const charsPerToken = await this.limits.charsPerToken(this.scope);
       const tokens = estimateTokens(request.promptChars, request.maxOutputTokens, charsPerToken);
-      const usd =
-        estimateCost(this.options.prices ?? {}, this.model, {
-          inputTokens: tokens - request.maxOutputTokens,
-          outputTokens: request.maxOutputTokens,
-        }) ?? 0;
+      const priced = estimateCost(this.options.prices ?? {}, this.model, {
+        inputTokens: tokens - request.maxOutputTokens,
+        outputTokens: request.maxOutputTokens,
+      });
+      if (priced === null && place.budget?.usd !== undefined) {
+        throw ApplicationFailure.create({
+          type: FailureType.InvalidInput,
+          nonRetryable: true,
+          message:
+            `budget ${place.budget.id} is in dollars, and the price table has no price for model ` +
+            `${this.model.model}: add it to MODEL_PRICES (docs/cost.md), or give the budget in tokens`,
+        });
+      }
+      const usd = priced ?? 0;
       const turn = await this.limits.reserve(
         {
           scope: this.scope,
@@ -219,7 +229,9 @@ export class Pacer {
       throw ApplicationFailure.create({
         type: FailureType.ProviderBusy,
         message: `${place.step} waits ${formatDelay(waitMs)} for its turn at the provider's limit (${this.scope})`,
-        nextRetryDelay: Math.ceil(waitMs),
+        // A little before the turn: the next attempt finds its place kept and waits out the rest inside, so the
+        // server's dispatch, however late, does not make it miss its turn.
+        nextRetryDelay: Math.ceil(Math.max(waitMs / 2, waitMs - EARLY_RETURN_MS)),
       });
     }
     this.inlineWaiters++;

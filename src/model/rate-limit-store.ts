@@ -209,9 +209,10 @@ export class SqlRateLimits {
           charsPerToken: calibrate(next.charsPerToken, spent.promptChars, spent.inputTokens),
         };
       await this.writeState(tx, scope, next);
-      // Ended holds are kept an hour (a late repeat of an ending must find its hold ended), then dropped.
+      // Holds are kept ten minutes past their lease (a repeat of an ending, retried through an outage, must find
+      // its hold ended), then dropped.
       await tx.run(
-        sql`DELETE FROM model_call_holds WHERE scope = ${scope} AND lease_until < ${now - 3_600_000}`,
+        sql`DELETE FROM model_call_holds WHERE scope = ${scope} AND lease_until < ${now - 600_000}`,
       );
     });
   }

@@ -19,8 +19,15 @@ export interface LimitSettings {
 
 /** What one answer (or refusal) of the provider said about its limits, read from its headers. */
 export interface ProviderLimits {
-  requests?: { limit?: number | undefined; remaining?: number | undefined } | undefined;
-  tokens?: { limit?: number | undefined; remaining?: number | undefined } | undefined;
+  requests?: HeardLimit | undefined;
+  tokens?: HeardLimit | undefined;
+}
+
+/** One limit as an answer's headers give it: its size a minute, what is left, and how long until it is full. */
+export interface HeardLimit {
+  limit?: number | undefined;
+  remaining?: number | undefined;
+  resetMs?: number | undefined;
 }
 
 /** The state of one scope, kept as JSON in the shared store; times are epoch ms of the store's clock. */
@@ -134,7 +141,7 @@ export function reserve(
   // Nothing known of the limits yet (or again, after an overload with no limits known): one call goes first and
   // its answer's headers tell the rest, instead of a window's worth of calls meeting a limit nobody knows.
   if (unknown && (state.headersSeen === null || state.ramp !== null)) {
-    if (state.probeUntil > now) return { kind: 'busy', retryInMs: 200, why: 'probe' };
+    if (state.probeUntil > now) return { kind: 'busy', retryInMs: 500, why: 'probe' };
     state.probeUntil = now + PROBE_LEASE_MS;
   }
   let startAt = Math.max(now, state.blockedUntil);
@@ -204,13 +211,22 @@ export function settle(
   const limits = effectiveLimits(state, settings);
   const elapsed = Math.max(0, end.elapsedMs);
   const drained = (
-    heard: { limit?: number | undefined; remaining?: number | undefined } | undefined,
+    heard: HeardLimit | undefined,
     perMinute: number | undefined,
     sent: number,
   ): number | undefined => {
-    if (heard?.remaining === undefined || perMinute === undefined) return undefined;
+    if (perMinute === undefined || heard === undefined) return undefined;
     const perMs = perMinute / 60_000;
-    const debt = Math.max(0, (heard.limit ?? perMinute) - heard.remaining - elapsed * perMs);
+    // The time until the provider's bucket is full again says its debt to the millisecond; what is left, in
+    // whole units, only to within one (half a second of requests at 120 a minute).
+    const owed =
+      heard.resetMs !== undefined
+        ? heard.resetMs * perMs
+        : heard.remaining !== undefined
+          ? (heard.limit ?? perMinute) - heard.remaining
+          : undefined;
+    if (owed === undefined) return undefined;
+    const debt = Math.max(0, owed - elapsed * perMs);
     return now + (debt + sent) / perMs;
   };
   const requests = drained(end.limits.requests, limits.requestsPerMinute, sentSince.requests);
@@ -301,20 +317,42 @@ function numberHeader(headers: Headers, name: string): number | undefined {
  * one is absent). Both count a minute.
  */
 export function limitsFromHeaders(headers: Headers): ProviderLimits {
-  const pair = (limit: string, remaining: string) => {
+  const pair = (limit: string, remaining: string, reset?: string): HeardLimit | undefined => {
     const l = numberHeader(headers, limit);
     const r = numberHeader(headers, remaining);
-    return l === undefined && r === undefined ? undefined : { limit: l, remaining: r };
+    const resetMs = reset === undefined ? undefined : durationMs(headers.get(reset));
+    if (l === undefined && r === undefined) return undefined;
+    return { limit: l, remaining: r, ...(resetMs === undefined ? {} : { resetMs }) };
   };
   const requests =
-    pair('x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests') ??
+    pair('x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests') ??
     pair('anthropic-ratelimit-requests-limit', 'anthropic-ratelimit-requests-remaining');
   const tokens =
-    pair('x-ratelimit-limit-tokens', 'x-ratelimit-remaining-tokens') ??
+    pair('x-ratelimit-limit-tokens', 'x-ratelimit-remaining-tokens', 'x-ratelimit-reset-tokens') ??
     pair('anthropic-ratelimit-tokens-limit', 'anthropic-ratelimit-tokens-remaining') ??
     pair('anthropic-ratelimit-input-tokens-limit', 'anthropic-ratelimit-input-tokens-remaining');
   return {
     ...(requests === undefined ? {} : { requests }),
     ...(tokens === undefined ? {} : { tokens }),
   };
+}
+
+/** OpenAI's reset durations (Go's form: `120ms`, `1s`, `2.183s`, `6m0s`, `1h2m3s`) in milliseconds. */
+export function durationMs(raw: string | null): number | undefined {
+  if (raw === null) return undefined;
+  const text = raw.trim();
+  if (!/^(\d+(\.\d+)?(h|m|s|ms|us|µs|ns))+$/.test(text)) return undefined;
+  const unit: Record<string, number> = {
+    h: 3_600_000,
+    m: 60_000,
+    s: 1_000,
+    ms: 1,
+    us: 0.001,
+    µs: 0.001,
+    ns: 1e-6,
+  };
+  let ms = 0;
+  for (const [, n, u] of text.matchAll(/(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)/g))
+    ms += Number(n) * (unit[u ?? ''] ?? 0);
+  return ms;
 }

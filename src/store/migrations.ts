@@ -241,10 +241,10 @@ export const MIGRATIONS: readonly Migration[] = [
         );
         await db.run(
           db.build.schema
-            .createIndex('model_call_holds_scope')
+            .createIndex('model_call_holds_scope_start')
             .ifNotExists()
             .on('model_call_holds')
-            .column('scope'),
+            .columns(['scope', 'start_at']),
         );
         await db.run(
           db.build.schema

@@ -12,6 +12,7 @@ import type {
   ActivityInterceptorsFactory,
   Next,
 } from '@temporalio/worker';
+import { FailureType } from '../steps';
 import type { PipelineMetrics } from './metrics';
 
 /** Temporal's defaults for an activity retry policy left unset. */
@@ -64,6 +65,11 @@ export function nextAttempt(
   return { retried: true, at: new Date(now + inMs), inMs };
 }
 
+/** A retryable ProviderBusy failure: the provider's push-back or the pacing's turn, never a fault. */
+function isBackPressure(err: unknown): boolean {
+  return err instanceof ApplicationFailure && err.type === FailureType.ProviderBusy && !err.nonRetryable;
+}
+
 /** `850 ms`, `20 s`, `4 min`, `2 h`: a delay for a person. */
 export function formatDelay(ms: number): string {
   if (ms < 1_000) return `${Math.round(ms)} ms`;
@@ -95,8 +101,18 @@ class AttemptReporter implements ActivityInboundCallsInterceptor {
       // A cancelled attempt (shutdown, the server's cancel) did not fail: the SDK reports it at debug.
       if (this.ctx.cancellationSignal.aborted) throw err;
       const next = nextAttempt(info, err, Date.now());
-      this.metrics.stepFailed(info.activityType, next.retried);
       const reason = err instanceof Error ? err.message : String(err);
+      // A provider's push-back (its limit, an overload, the fleet's pacing) ends an attempt to wait outside it:
+      // a wait, not a failure, and not counted as one.
+      if (next.retried && isBackPressure(err)) {
+        const when =
+          next.at === undefined
+            ? ''
+            : `; it goes on at ${next.at.toISOString()} (in ${formatDelay(next.inMs)})`;
+        log.info(`${info.activityType} waits for its turn at the provider: ${reason}${when}`);
+        throw err;
+      }
+      this.metrics.stepFailed(info.activityType, next.retried);
       const head = `${info.activityType} attempt ${info.attempt} failed: ${reason}`;
       if (next.retried && next.at === undefined) {
         log.warn(`${head}; retried as the step's retry policy says`, { error: err });
