@@ -16,6 +16,7 @@ import type { Worker, WorkflowBundle } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
 import type { ActivityDependencies } from '../activities';
+import type { SqlRateLimits } from '../src/model/rate-limit-store';
 import { completion, startModelServer } from '../src/cli/demo/model-server';
 import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli/demo/model-server';
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
@@ -196,6 +197,8 @@ export function stepFailure(
 
 export interface LocalParts {
   dir: string;
+  /** The pacing of provider calls and the budgets, in the data folder's memo file. */
+  rateLimits: SqlRateLimits;
   blobs: BlobStore;
   memo: AnswerMemo;
   store: PublicationStore;
@@ -205,7 +208,8 @@ export interface LocalParts {
 
 export interface LocalPartsOptions {
   dir?: string;
-  model?: DocumentModel;
+  /** The model; `configured`: the one `env` configures, built as a worker builds it (paced, within budgets). */
+  model?: DocumentModel | 'configured';
   publisher?: Publisher;
   maxDocumentBytes?: number;
   /** Extra environment for loadConfig, e.g. DATABASE_URL for the PostgreSQL backend. */
@@ -225,11 +229,12 @@ export async function localParts({
 }: LocalPartsOptions = {}): Promise<LocalParts> {
   const config = loadConfig({ DATA_DIR: dir, MAX_DOCUMENT_BYTES: String(maxDocumentBytes), ...env });
   const parts = await createDependencies(config, {
-    model,
+    ...(model === 'configured' ? {} : { model }),
     ...(publisher !== undefined ? { publisher } : {}),
   });
   return {
     dir,
+    rateLimits: parts.stores.rateLimits,
     blobs: parts.stores.blobs,
     memo: parts.stores.memo,
     // With a publisher of its own, the test still gets the built-in target to look into.

@@ -149,6 +149,19 @@ async function runBatch(
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
+  if (budget !== undefined && options.pacing !== undefined) {
+    // A budget is set once, by the batch's first call: a resubmission with other figures does not change it.
+    const set = await options.pacing.budget(budget.id).catch(() => undefined);
+    const differs =
+      set !== undefined &&
+      ((budget.usd !== undefined && set.limitUsd !== budget.usd) ||
+        (budget.tokens !== undefined && set.limitTokens !== budget.tokens));
+    if (differs)
+      print(
+        `${describeBudget(set)}; it was set when the batch first ran: raise it with ` +
+          `npm run budget -- raise ${budget.id} --usd <new total> (or --tokens N).`,
+      );
+  }
   const { progress: final, pausedOnly } = await followBatch(client, calls, handle, total, config.taskQueue, {
     print,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
