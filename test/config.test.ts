@@ -253,6 +253,21 @@ describe('loadConfig', () => {
     assert.equal(fleet.openDeliveryPolicy, 'hold');
   });
 
+  it("reads the provider's limits for the fleet (MODEL_RPM, MODEL_TPM, MODEL_MAX_CONCURRENT); unset or empty, none", () => {
+    assert.deepEqual(loadConfig({}).modelLimits, {});
+    // As docker-compose passes an unset one: `${MODEL_RPM:-}`.
+    assert.deepEqual(loadConfig({ MODEL_RPM: '', MODEL_TPM: '', MODEL_MAX_CONCURRENT: '' }).modelLimits, {});
+    assert.deepEqual(
+      loadConfig({ MODEL_RPM: '500', MODEL_TPM: ' 200000 ', MODEL_MAX_CONCURRENT: '8' }).modelLimits,
+      { requestsPerMinute: 500, tokensPerMinute: 200_000, maxConcurrent: 8 },
+    );
+    for (const name of ['MODEL_RPM', 'MODEL_TPM', 'MODEL_MAX_CONCURRENT']) {
+      for (const value of ['0', '-5', '1.5', 'many']) {
+        assertConfigError(() => loadConfig({ [name]: value }), new RegExp(name));
+      }
+    }
+  });
+
   it('names DATABASE_URL when it is not a postgres:// URL, and OPEN_DELIVERY_POLICY when it is no policy', () => {
     assertConfigError(
       () => loadConfig({ DATABASE_URL: 'mysql://db/pipeline' }),

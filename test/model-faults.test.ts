@@ -17,6 +17,7 @@ import { z } from 'zod';
 import { Registry } from 'prom-client';
 import { createActivities } from '../activities';
 import type { DocumentModel } from '../src/model/types';
+import { BusyDetailsSchema } from '../src/model/pacer';
 import { pipelineMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { FailureType } from '../src/contract';
@@ -136,18 +137,55 @@ describe('model faults through the activities', () => {
     expect: (err: unknown) => boolean;
   }> = [
     {
-      name: '429 with Retry-After in seconds is retryable and the next retry waits exactly that long',
+      name: '429 with Retry-After in seconds is back-pressure (ProviderBusy), and the next retry waits exactly that long',
       reply: { status: 429, headers: { 'retry-after': '7' }, body: { error: 'rate limited' } },
       step: 'summarize',
       expect: applicationFailure(
-        FailureType.TransientModelError,
+        FailureType.ProviderBusy,
         true,
-        [/HTTP 429/, /Retry-After 7 s/, /rate limited/],
+        [/HTTP 429 \(rate limited\)/, /Retry-After 7 s/, /rate limited/],
         (f) => {
           assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
           assert.equal(msToNumber(f.nextRetryDelay), 7_000);
+          const details = BusyDetailsSchema.parse(f.details?.[0]);
+          assert.equal(details.overloaded, false);
+          assert.equal(details.retryAfterMs, 7_000);
         },
       ),
+    },
+    {
+      name: '503 (overloaded) is back-pressure (ProviderBusy) with the policy backoff, quoting the body',
+      reply: { status: 503, body: { error: 'overloaded, try later' } },
+      step: 'tag',
+      expect: applicationFailure(
+        FailureType.ProviderBusy,
+        true,
+        [/HTTP 503 \(overloaded\)/, /overloaded, try later/],
+        (f) => {
+          assert.equal(f.nextRetryDelay, undefined);
+          assert.equal(BusyDetailsSchema.parse(f.details?.[0]).overloaded, true);
+        },
+      ),
+    },
+    {
+      name: "429 for the account's quota (insufficient_quota) is non-retryable ModelRejected: waiting does not help",
+      reply: {
+        status: 429,
+        body: {
+          error: {
+            message: 'You exceeded your current quota, please check your plan and billing details.',
+            type: 'insufficient_quota',
+            param: null,
+            code: 'insufficient_quota',
+          },
+        },
+      },
+      step: 'summarize',
+      expect: applicationFailure(FailureType.ModelRejected, false, [
+        /HTTP 429 for the account's quota/,
+        /insufficient_quota/,
+        /add credits or raise the account's quota/,
+      ]),
     },
     {
       name: '500 is retryable with the policy backoff, quoting the body',
@@ -270,13 +308,57 @@ describe('model faults through the activities', () => {
     const attempt = await stepAttempt('summarize', openAIModel(server));
     await assert.rejects(
       attempt.run(),
-      applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
+      applicationFailure(FailureType.ProviderBusy, true, [/HTTP 429/], (f) => {
         assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
         const ms = msToNumber(f.nextRetryDelay);
         assert.ok(ms > 27_000 && ms <= 30_000, `nextRetryDelay ${ms} ms`);
       }),
     );
   });
+
+  for (const status of [429, 503]) {
+    it(`${status} is never counted as a provider error: at MAX_PROVIDER_ERRORS=1 it stays retryable, where a 500 ends the step`, async () => {
+      const statuses = [status, status, status, 500];
+      let answered = 0;
+      const server = await modelServerFor(defer, () => ({
+        status: statuses[answered++] ?? 500,
+        headers: { 'retry-after': '1' },
+        body: { error: 'busy' },
+      }));
+      const local = await tempParts(defer, {
+        model: openAIModel(server),
+        env: { MAX_PROVIDER_ERRORS: '1' },
+      });
+      const runId = randomUUID();
+      const activities = createActivities(local.deps);
+      const textRef = await local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8'));
+      // Attempts of one step of one run, as the server retries it: the memo counts its provider errors across them.
+      const attempt = (n: number) =>
+        new MockActivityEnvironment(
+          {
+            activityId: 'summarize',
+            attempt: n,
+            workflowExecution: { workflowId: `wf-${runId}`, runId },
+          },
+          { logger: quietLogger },
+        ).run(activities.summarize, { documentId: 'doc-1', textRef, maxSentences: 2 });
+      for (const n of [1, 2, 3]) {
+        await assert.rejects(
+          attempt(n),
+          applicationFailure(FailureType.ProviderBusy, true, [new RegExp(`HTTP ${status}`)]),
+        );
+      }
+      await assert.rejects(
+        attempt(4),
+        applicationFailure(FailureType.ProviderErrorsExhausted, false, [
+          /summarize failed after 1 attempts \(provider errors in this run; MAX_PROVIDER_ERRORS is 1\)/,
+          /HTTP 500/,
+        ]),
+      );
+      assert.equal(server.requests.length, 4);
+      assert.equal(await local.memo.count(), 0);
+    });
+  }
 
   it('names the model server by its origin only: a path in OPENAI_BASE_URL never reaches a message', async () => {
     const server = await modelServerFor(defer, () => ({ status: 503, body: { error: 'busy' } }));

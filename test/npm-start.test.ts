@@ -68,6 +68,9 @@ describe('npm start after a kill -9', () => {
       TEMPORAL_UI_PORT: String(await freePort()),
       OPENAI_BASE_URL: model.baseUrl,
       OPENAI_MODEL: 'test-model',
+      // A limit known ahead (far above these 8 calls): with none, the pacing sends one call alone first to learn
+      // the limits from its answer, so the summaries would not all be done, nor every tag under way, at the kill.
+      MODEL_RPM: '6000',
       ...(process.env.TEMPORAL_CLI_PATH ? { TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH } : {}),
     };
     // The embedded server records its process ID in the data folder; kill it as a machine crash would.

@@ -16,6 +16,7 @@ import type { Usage } from '../src/contract';
 import { createModel } from '../src/dependencies';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import { AiSdkModel, MAX_OUTPUT_TOKENS } from '../src/model/ai-sdk';
+import { BusyDetailsSchema } from '../src/model/pacer';
 import { DEFAULT_PRICES, estimateCost } from '../src/model/pricing';
 import { remoteModel } from '../src/model/choose';
 import { findProvider } from '../src/model/providers';
@@ -227,7 +228,9 @@ const messages: Wire = {
           ? AnthropicError('authentication_error', 'invalid x-api-key')
           : status === 400
             ? AnthropicError('invalid_request_error', 'max_tokens: Field required')
-            : AnthropicError('overloaded_error', 'Overloaded'),
+            : status === 529
+              ? AnthropicError('overloaded_error', 'Overloaded')
+              : AnthropicError('api_error', 'Internal server error'),
   }),
   schemaOf: (body) => {
     const format = MessagesBody.parse(body).output_config?.format;
@@ -379,6 +382,27 @@ function paidUsage(f: ApplicationFailure): unknown {
   return z.object({ paidUsage: z.unknown() }).parse(f.details?.[0]).paidUsage;
 }
 
+/**
+ * A provider's push-back: retryable ProviderBusy (never a provider error) whose details say whether it was an
+ * overload and carry its Retry-After, which is also the next retry's delay (the policy's backoff without one).
+ */
+function busy(
+  message: RegExp[],
+  expected: { overloaded: boolean; retryAfterMs?: number },
+): (err: unknown) => boolean {
+  return applicationFailure(FailureType.ProviderBusy, true, message, (f) => {
+    const details = BusyDetailsSchema.parse(f.details?.[0]);
+    assert.equal(details.overloaded, expected.overloaded);
+    assert.equal(details.retryAfterMs, expected.retryAfterMs);
+    if (expected.retryAfterMs === undefined) {
+      assert.equal(f.nextRetryDelay, undefined);
+    } else {
+      assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
+      assert.equal(msToNumber(f.nextRetryDelay), expected.retryAfterMs);
+    }
+  });
+}
+
 for (const wire of WIRES) {
   describe(`${wire.provider} (${wire.path})`, () => {
     it('summarizes and tags, one request each, with the Idempotency-Key, the key and usage from the wire', async () => {
@@ -495,14 +519,11 @@ for (const wire of WIRES) {
       assert.equal(wire.maxTokensOf(request?.body), 24 * 3 + 60);
     });
 
-    it('429 with Retry-After is retryable after exactly that delay, in one request (the SDK does not retry)', async () => {
+    it('429 with Retry-After is back-pressure (ProviderBusy) after exactly that delay, in one request (the SDK does not retry)', async () => {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after': '7' } }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429; Retry-After 7 s/], (f) => {
-          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
-          assert.equal(msToNumber(f.nextRetryDelay), 7_000);
-        }),
+        busy([/HTTP 429 \(rate limited\); Retry-After 7 s/], { overloaded: false, retryAfterMs: 7_000 }),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
     });
@@ -511,10 +532,7 @@ for (const wire of WIRES) {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after-ms': '9e12' } }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
-          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
-          assert.equal(msToNumber(f.nextRetryDelay), 24 * 60 * 60 * 1000);
-        }),
+        busy([/HTTP 429/], { overloaded: false, retryAfterMs: 24 * 60 * 60 * 1000 }),
       );
     });
 
@@ -525,24 +543,35 @@ for (const wire of WIRES) {
       }));
       await assert.rejects(
         modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
-        applicationFailure(FailureType.TransientModelError, true, [/HTTP 429/], (f) => {
-          assert.ok(f.nextRetryDelay !== undefined && f.nextRetryDelay !== null, 'no nextRetryDelay');
-          assert.equal(msToNumber(f.nextRetryDelay), 1_500);
-        }),
+        busy([/HTTP 429/], { overloaded: false, retryAfterMs: 1_500 }),
       );
     });
 
-    it("a 5xx in the provider's error shape is retryable with the policy's backoff, in one request", async () => {
-      const status = wire.provider === 'anthropic' ? 529 : 500;
-      const server = await wire.start(() => wire.error(status));
+    it('429 with a retry-after-ms below a second says it to the millisecond, not "0 s"', async () => {
+      const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after-ms': '400' } }));
+      await assert.rejects(
+        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        busy([/HTTP 429 \(rate limited\); Retry-After 400 ms/], { overloaded: false, retryAfterMs: 400 }),
+      );
+    });
+
+    it("a 500 in the provider's error shape is retryable TransientModelError with the policy's backoff, in one request", async () => {
+      const server = await wire.start(() => wire.error(500));
       await assert.rejects(
         modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
-        applicationFailure(
-          FailureType.TransientModelError,
-          true,
-          [new RegExp(`HTTP ${status}`), /error/],
-          (f) => assert.equal(f.nextRetryDelay, undefined),
+        applicationFailure(FailureType.TransientModelError, true, [/HTTP 500/, /error/], (f) =>
+          assert.equal(f.nextRetryDelay, undefined),
         ),
+      );
+      assert.equal(server.requests.length, 1, 'the SDK retried on its own');
+    });
+
+    const overload = wire.provider === 'anthropic' ? 529 : 503;
+    it(`an overload (${overload}) in the provider's error shape is back-pressure (ProviderBusy) with the policy's backoff, in one request`, async () => {
+      const server = await wire.start(() => wire.error(overload));
+      await assert.rejects(
+        modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
+        busy([new RegExp(`HTTP ${overload} \\(overloaded\\)`), /error/], { overloaded: true }),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
     });

@@ -80,6 +80,9 @@ describe('SIGTERM during a model call', () => {
           DATA_DIR: local.dir,
           OPENAI_BASE_URL: server.baseUrl,
           OPENAI_MODEL: 'test-model',
+          // A limit known ahead (far above these two calls): with none, the pacing sends one call alone first to
+          // learn the limits from its answer, and the two steps' calls would never be in flight together.
+          MODEL_RPM: '6000',
           WORKFLOW_BUNDLE_PATH: bundlePath,
           WORKER_IDENTITY: identity,
         });

@@ -132,6 +132,41 @@ describe('documentPipeline on the time-skipping server', () => {
     assert.deepEqual(keys, [`${runId}:summarize`, `${runId}:summarize`, `${runId}:summarize`]);
   });
 
+  it('never fails a step on 429s: twelve in a row (twice MAX_PROVIDER_ERRORS) are each waited out, and five 500s after them still do not end it', async () => {
+    // 429s are back-pressure (ProviderBusy), not provider errors: only the 500s count, and five is one short of 6.
+    const replies = [...Array<number>(12).fill(429), ...Array<number>(5).fill(500)];
+    let summarizeRequests = 0;
+    const server = await modelServerFor(defer, (request) => {
+      if (isTagRequest(request)) return normalAnswer(request);
+      const status = replies[summarizeRequests++];
+      if (status === 429) {
+        return { status, headers: { 'retry-after': '60' }, body: { error: 'rate limited' } };
+      }
+      return status === undefined ? normalAnswer(request) : { status, body: { error: 'upstream exploded' } };
+    });
+    const local = await tempParts(defer, { model: openAIModel(server) });
+
+    const wallStart = Date.now();
+    const { result, runId, history } = await withPipeline(
+      env,
+      local,
+      await pipelineInput(local.blobs, SAMPLE_TEXT),
+      finishedRun,
+    );
+    const summarize = activitySpan(history, 'summarize');
+    assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
+    assert.equal(result.publication.revision, 1);
+    assert.equal(summarize.attempt, replies.length + 1);
+    // Each 429's Retry-After was waited (on the server's skipped clock), not cut short by the policy's backoff.
+    assert.ok(
+      summarize.ms >= 12 * 60_000,
+      `only ${summarize.ms} ms passed between scheduling and completion`,
+    );
+    assert.ok(Date.now() - wallStart < 30_000, 'the waits were waited, not skipped');
+    const keys = server.requests.filter((r) => !isTagRequest(r)).map((r) => r.idempotencyKey);
+    assert.deepEqual(keys, Array<string>(replies.length + 1).fill(`${runId}:summarize`));
+  });
+
   it('fails for good at the 6th provider error of the run (MAX_PROVIDER_ERRORS), quoting the last HTTP 500', async () => {
     // Only summarize fails (tag runs beside it and succeeds), so the failing step is known.
     const server = await modelServerFor(defer, (request) =>
