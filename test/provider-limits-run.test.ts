@@ -11,25 +11,18 @@
  * The evidence is the provider's own log and the client's output and exit code.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
-import path from 'node:path';
 import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
-import { startWorkerProcess } from '../src/cli/demo/worker-process';
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
-import { devServerEnv, installQuietRuntime } from './helpers';
+import { installQuietRuntime } from './helpers';
 import { freshDatabase } from './postgres';
-import { startLimitedProvider } from './provider-limits';
-import type { ProviderLimits, ProviderStats } from './provider-limits';
+import type { ProviderLimits } from './provider-limits';
+import { figures, runAtLimits } from './provider-limits-run';
 import { cleanupAfterAll, scratchDir } from './scratch';
 import type { Defer } from './scratch';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();
-const ROOT = path.resolve(__dirname, '..');
-const CORPUS = path.join(__dirname, 'fixtures', 'corpus', 'rust-book');
 
 /**
  * 120 requests a minute binds the run overall; 120,000 tokens a minute binds while the longer documents go through
@@ -42,8 +35,6 @@ const LIMITS: ProviderLimits = { rpm: 120, tpm: 120_000 };
  * that sets no maximum reserves the model's whole 64,000 (the AI SDK's default for claude-haiku-4-5).
  */
 const ANTHROPIC_LIMITS: ProviderLimits = { ...LIMITS, otpm: 60_000 };
-/** A model that answers in a tenth of a second: calls overlap, as real ones do. */
-const ANSWER_DELAY_MS = 100;
 /** The most time a run may take, against the time the limits need for its calls and tokens. */
 const MAX_RATIO = 1.15;
 /**
@@ -56,76 +47,6 @@ const SLACK_SECONDS = 2;
 const CALLS_PER_REFUSAL = 20;
 /** How long the client may take (the limits need about 30 s) before the test kills it and fails. */
 const RUN_DEADLINE_MS = 150_000;
-
-/** Chapters of the Rust book cut at their `##`/`###` headings into documents of at least 1,000 characters. */
-function writeDocuments(dir: string): number {
-  const pieces: string[] = [];
-  for (const file of fs
-    .readdirSync(CORPUS)
-    .filter((f) => /^ch.*\.md$/.test(f))
-    .sort()) {
-    let current = '';
-    for (const section of fs.readFileSync(path.join(CORPUS, file), 'utf8').split(/\n(?=#{2,3} )/)) {
-      current = current === '' ? section : `${current}\n${section}`;
-      if (current.length >= 1000) {
-        pieces.push(current);
-        current = '';
-      }
-    }
-    if (current === '') continue;
-    // A short end joins the piece before it.
-    const last = pieces.pop();
-    pieces.push(last === undefined ? current : `${last}\n${current}`);
-  }
-  pieces.forEach((text, i) =>
-    fs.writeFileSync(path.join(dir, `part-${String(i + 1).padStart(2, '0')}.md`), text),
-  );
-  return pieces.length;
-}
-
-/** This process's environment without the pipeline's own settings: each run sets the ones it means. */
-function baseEnvironment(): NodeJS.ProcessEnv {
-  const kept = { ...process.env };
-  const settings =
-    /^(MODEL|OPENAI_|ANTHROPIC_|DATABASE_URL$|DATA_DIR$|TEMPORAL_(ADDRESS|NAMESPACE|TASK_QUEUE|API_KEY|TLS_)|BATCH_WINDOW$|MAX_PROVIDER_ERRORS$|STEP_BUDGET_MINUTES$|METRICS_PORT$|OTEL_|LOG_LEVEL$)/;
-  for (const name of Object.keys(kept)) if (settings.test(name)) delete kept[name];
-  return kept;
-}
-
-interface ClientRun {
-  code: number | null;
-  output: string;
-  /** It did not end within RUN_DEADLINE_MS, and was killed. */
-  timedOut: boolean;
-}
-
-/** `npm run pipeline <dir>` to its end, or killed at RUN_DEADLINE_MS. */
-function runClient(env: NodeJS.ProcessEnv, dir: string, later: Defer): Promise<ClientRun> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'pipeline.ts'), dir],
-    {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  later(() => void child.kill('SIGKILL'));
-  let output = '';
-  let timedOut = false;
-  child.stdout.on('data', (c: Buffer) => (output += c.toString('utf8')));
-  child.stderr.on('data', (c: Buffer) => (output += c.toString('utf8')));
-  const deadline = setTimeout(() => {
-    timedOut = true;
-    child.kill('SIGKILL');
-  }, RUN_DEADLINE_MS);
-  return new Promise((resolve) => {
-    child.once('close', (code) => {
-      clearTimeout(deadline);
-      resolve({ code, output, timedOut });
-    });
-  });
-}
 
 interface Run {
   what: string;
@@ -168,24 +89,6 @@ const RUNS: Run[] = [
   },
 ];
 
-/** The client's closing line: `N of M document(s) published, ... K failed.` */
-function tallyOf(output: string): { published: number; total: number; failed: number } | undefined {
-  const match = /(\d+) of (\d+) document\(s\) published,.*?(\d+) failed/.exec(output);
-  if (match === null) return undefined;
-  return { published: Number(match[1]), total: Number(match[2]), failed: Number(match[3]) };
-}
-
-/** The figures a closing note quotes. */
-function figures(stats: ProviderStats, limits: ProviderLimits): string {
-  const ratio = stats.limitSeconds === 0 ? 0 : stats.wallSeconds / stats.limitSeconds;
-  return (
-    `${stats.answered} calls answered, ${stats.refused} refused (429: ${(stats.refused / Math.max(1, stats.answered)).toFixed(3)} per call), ` +
-    `${stats.overloaded} overloaded, ${stats.paidTwice.length} keys paid twice; model calls took ` +
-    `${stats.wallSeconds.toFixed(1)} s against the limit's own ${stats.limitSeconds.toFixed(1)} s ` +
-    `(${ratio.toFixed(2)}x; ${stats.tokens} tokens), ${stats.callsPerMinute.toFixed(0)} calls/min against ${limits.rpm}`
-  );
-}
-
 /**
  * Cleanups for one run: run when it ends, so the next starts on a quiet machine, and registered for the end of the
  * file too, in case it never ends (each runs once).
@@ -215,75 +118,23 @@ async function runAtTheLimit(t: TestContext, run: Run): Promise<void> {
 }
 
 async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
-  const dir = scratchDir(defer, 'provider-limits-run-');
-  const documents = path.join(dir, 'documents');
-  fs.mkdirSync(documents);
-  const count = writeDocuments(documents);
-  // A server of its own: the same documents on one server would be found done by the next run.
-  const server = await devServerEnv();
-  later(() => server.teardown());
   const limits = run.provider === 'anthropic' ? ANTHROPIC_LIMITS : LIMITS;
-  const provider = await startLimitedProvider({ limits, answerDelayMs: ANSWER_DELAY_MS });
-  later(() => provider.close());
-  const databaseUrl = run.postgres ? await freshDatabase(defer) : undefined;
-
-  // Each worker calls the provider through a route of its own (`<origin>/<route>/v1`), to tell whose call it is.
-  const origin = new URL(provider.baseUrl).origin;
-  const modelSettings = (route: string): NodeJS.ProcessEnv =>
-    run.provider === 'anthropic'
-      ? {
-          MODEL: 'anthropic:claude-haiku-4-5',
-          ANTHROPIC_BASE_URL: `${origin}/${route}/v1`,
-          ANTHROPIC_API_KEY: 'test',
-        }
-      : { MODEL: 'openai-compatible:gpt-4o-mini', OPENAI_BASE_URL: `${origin}/${route}/v1` };
-  const shared: NodeJS.ProcessEnv = {
-    ...baseEnvironment(),
-    TEMPORAL_ADDRESS: server.address,
-    TEMPORAL_TASK_QUEUE: `provider-limits-${randomUUID()}`,
-    LOG_LEVEL: 'warn',
-    ...(databaseUrl === undefined ? { DATA_DIR: path.join(dir, 'data') } : { DATABASE_URL: databaseUrl }),
-  };
-  const workers: WorkerProcess[] = [];
-  later(async () => {
-    for (const worker of workers) await worker.kill();
-  });
-  for (let i = 1; i <= run.workers; i++) {
-    const worker = await startWorkerProcess(
-      {
-        ...shared,
-        ...modelSettings(`worker-${i}`),
-        ...(run.configured ? { MODEL_RPM: String(limits.rpm), MODEL_TPM: String(limits.tpm) } : {}),
-        // Two workers share nothing but the database: each has a data folder of its own.
-        ...(databaseUrl === undefined ? {} : { DATA_DIR: path.join(dir, `worker-${i}`) }),
-      },
-      { readyTimeoutMs: 120_000 },
-    );
-    workers.push(worker);
-  }
-
-  const client = await runClient(
+  const ran = await runAtLimits(
     {
-      ...shared,
-      ...modelSettings('client'),
-      ...(databaseUrl === undefined ? {} : { DATA_DIR: path.join(dir, 'client') }),
+      provider: run.provider,
+      limits,
+      configured: run.configured,
+      workers: run.workers,
+      databaseUrl: run.postgres ? await freshDatabase(defer) : undefined,
+      deadlineMs: RUN_DEADLINE_MS,
     },
-    documents,
+    scratchDir(defer, 'provider-limits-run-'),
     later,
   );
-  for (const worker of workers) await worker.kill();
-
-  const stats = provider.stats();
+  const { documents: count, client, stats, tally, failures } = ran;
   if (process.env.PROVIDER_LIMITS_DUMP !== undefined)
     fs.writeFileSync(process.env.PROVIDER_LIMITS_DUMP, JSON.stringify(stats.calls, null, 1));
-  const tally = tallyOf(client.output);
-  const failures = client.output.split('\n').filter((line) => line.startsWith('FAILED '));
-  const outcome =
-    tally === undefined
-      ? `the client ended with no tally (${client.timedOut ? 'killed at its deadline' : `exit ${client.code}`}), ` +
-        `${failures.length} FAILED so far`
-      : `${tally.published} of ${count} published, ${tally.failed} failed`;
-  t.diagnostic(`${run.what}: ${outcome}; ${figures(stats, limits)}`);
+  t.diagnostic(`${run.what}: ${ran.outcome}; ${figures(stats, limits)}`);
   for (const line of failures.slice(0, 3)) t.diagnostic(`  ${line.slice(0, 400)}`);
   const workersCalling = new Set(stats.calls.map((c) => c.route));
   const said = `the client printed:\n${client.output.slice(-3000)}`;
