@@ -11,7 +11,6 @@
  * The evidence is the provider's own log and the client's output and exit code.
  */
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { installQuietRuntime } from './helpers';
@@ -132,8 +131,6 @@ async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
     later,
   );
   const { documents: count, client, stats, tally, failures } = ran;
-  if (process.env.PROVIDER_LIMITS_DUMP !== undefined)
-    fs.writeFileSync(process.env.PROVIDER_LIMITS_DUMP, JSON.stringify(stats.calls, null, 1));
   t.diagnostic(`${run.what}: ${ran.outcome}; ${figures(stats, limits)}`);
   for (const line of failures.slice(0, 3)) t.diagnostic(`  ${line.slice(0, 400)}`);
   const workersCalling = new Set(stats.calls.map((c) => c.route));
