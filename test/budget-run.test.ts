@@ -104,4 +104,45 @@ describe('a batch with a budget in dollars', () => {
       t.diagnostic(`finished: $${paid().toFixed(6)} paid in all, ${stats.answered} calls`);
     },
   );
+
+  it(
+    'in a small window, tells the documents it never started from failed ones, and finishes them once raised',
+    { timeout: 200_000 },
+    async () => {
+      const pipeline = await startAtLimits(
+        {
+          provider: 'openai-compatible',
+          limits: { rpm: 6_000, tpm: 10_000_000 },
+          configured: true,
+          workers: 1,
+          deadlineMs: 100_000,
+          documents: 4,
+          // One document at a time: once the first waits for its budget, the others are never started.
+          env: { BATCH_WINDOW: '1' },
+        },
+        scratchDir(defer, 'budget-window-'),
+        defer,
+      );
+      // Less than one document's calls: the first pauses before paying anything.
+      const first = await pipeline.command('pipeline', ['--budget-usd', '0.00001', pipeline.documentsDir]);
+      const said = `the client printed:\n${first.output.slice(-3000)}`;
+      assert.equal(first.code, 5, said);
+      assert.doesNotMatch(first.output, /FAILED/, said);
+      assert.match(
+        first.output,
+        /0 of 4 document\(s\) published, 1 waiting for their budget, 3 not started yet/,
+        said,
+      );
+      assert.equal(pipeline.provider.stats().answered, 0, 'nothing paid past the budget');
+      const budgetId = /npm run budget -- raise (\S+) --usd/.exec(first.output)?.[1];
+      assert.ok(budgetId !== undefined, said);
+      const raised = await pipeline.command('budget', ['raise', budgetId, '--usd', String(RAISED_USD)]);
+      assert.equal(raised.code, 0, raised.output);
+      const second = await pipeline.command('pipeline', [pipeline.documentsDir]);
+      await pipeline.stop();
+      assert.equal(second.code, 0, second.output.slice(-3000));
+      assert.match(second.output, /4 of 4 document\(s\) published/);
+      assert.deepEqual(pipeline.provider.stats().paidTwice, []);
+    },
+  );
 });

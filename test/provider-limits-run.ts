@@ -23,7 +23,7 @@ const CORPUS = path.join(__dirname, 'fixtures', 'corpus', 'rust-book');
 export const ANSWER_DELAY_MS = 100;
 
 /** Chapters of the Rust book cut at their `##`/`###` headings into documents of at least 1,000 characters. */
-function writeDocuments(dir: string): number {
+function writeDocuments(dir: string, most = Infinity): number {
   const pieces: string[] = [];
   for (const file of fs
     .readdirSync(CORPUS)
@@ -42,10 +42,11 @@ function writeDocuments(dir: string): number {
     const last = pieces.pop();
     pieces.push(last === undefined ? current : `${last}\n${current}`);
   }
-  pieces.forEach((text, i) =>
+  const kept = pieces.slice(0, most);
+  kept.forEach((text, i) =>
     fs.writeFileSync(path.join(dir, `part-${String(i + 1).padStart(2, '0')}.md`), text),
   );
-  return pieces.length;
+  return kept.length;
 }
 
 /** This process's environment without the pipeline's own settings: each run sets the ones it means. */
@@ -127,6 +128,10 @@ export interface LimitRun {
   databaseUrl?: string | undefined;
   /** How long the client may take before it is killed. */
   deadlineMs: number;
+  /** The first this many documents only; all of them (28) by default. */
+  documents?: number;
+  /** More settings for the workers and the client (BATCH_WINDOW, say). */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** What a run gave back: the client's run and words, and the provider's own log. */
@@ -159,7 +164,7 @@ export interface PipelineAtLimits {
 export async function startAtLimits(run: LimitRun, dir: string, later: Defer): Promise<PipelineAtLimits> {
   const documentsDir = path.join(dir, 'documents');
   fs.mkdirSync(documentsDir);
-  const documents = writeDocuments(documentsDir);
+  const documents = writeDocuments(documentsDir, run.documents);
   // A server of its own: the same documents on one server would be found done by the next run.
   const server = await devServerEnv();
   later(() => server.teardown());
@@ -183,6 +188,7 @@ export async function startAtLimits(run: LimitRun, dir: string, later: Defer): P
     TEMPORAL_TASK_QUEUE: `provider-limits-${randomUUID()}`,
     LOG_LEVEL: 'warn',
     ...(databaseUrl === undefined ? { DATA_DIR: path.join(dir, 'data') } : { DATABASE_URL: databaseUrl }),
+    ...run.env,
   };
   const workers: WorkerProcess[] = [];
   later(async () => {

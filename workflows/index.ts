@@ -21,6 +21,7 @@ import {
   refuseOtherSchemaVersions,
 } from '../src/steps';
 import { asRunsOwnCheck } from './checks';
+import type { SignalDefinition } from '@temporalio/workflow';
 import {
   budgetRaisedSignal,
   budgetWaitSignal,
@@ -182,13 +183,8 @@ function budgetWaiter(progress: PipelineProgress) {
   let raised = 0;
   setHandler(budgetRaisedSignal, () => void raised++);
   const waiting = new Set<StepName>();
-  const parent = workflowInfo().parent;
-  const tell = async (budgetId: string | undefined): Promise<void> => {
-    if (parent === undefined) return;
-    await getExternalWorkflowHandle(parent.workflowId)
-      .signal(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId })
-      .catch(() => undefined);
-  };
+  const tell = (budgetId: string | undefined): Promise<void> =>
+    tellBatch(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId });
   return async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     for (let waitMs = BUDGET_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, BUDGET_MAX_WAIT_MS)) {
       try {
@@ -199,12 +195,9 @@ function budgetWaiter(progress: PipelineProgress) {
         }
         return result;
       } catch (err) {
-        const overBudget =
-          err instanceof ActivityFailure &&
-          err.cause instanceof ApplicationFailure &&
-          err.cause.type === FailureType.BudgetExhausted;
-        if (!overBudget) throw err;
-        const budgetId = budgetIdOf(err.cause.details) ?? 'unknown';
+        const overBudget = stepFailedWith(err, FailureType.BudgetExhausted);
+        if (overBudget === undefined) throw err;
+        const budgetId = budgetIdOf(overBudget.details) ?? 'unknown';
         waiting.add(name);
         if (progress.budgetId !== budgetId) {
           progress.budgetId = budgetId;
@@ -236,26 +229,17 @@ async function publishUntilSettled(
   const { publish } = proxyActivities<PipelineActivities>({ ...publishOptions, ...budget });
   let woken = false;
   setHandler(deliverySettledSignal, () => void (woken = true));
-  const parent = workflowInfo().parent;
-  const tell = async (heldKey: string | undefined): Promise<void> => {
-    if (parent === undefined) return;
-    // The batch may have ended or continued meanwhile: telling it is a courtesy, never a reason to fail.
-    await getExternalWorkflowHandle(parent.workflowId)
-      .signal(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey })
-      .catch(() => undefined);
-  };
+  const tell = (heldKey: string | undefined): Promise<void> =>
+    tellBatch(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey });
   for (let waitMs = HELD_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS)) {
     try {
       const result = await publish(input);
       if (progress.heldKey !== undefined) await tell(undefined);
       return result;
     } catch (err) {
-      const held =
-        err instanceof ActivityFailure &&
-        err.cause instanceof ApplicationFailure &&
-        err.cause.type === FailureType.DeliveryHeld;
-      if (!held) throw err;
-      const heldKey = heldKeyOf(err.cause.details) ?? 'unknown';
+      const held = stepFailedWith(err, FailureType.DeliveryHeld);
+      if (held === undefined) throw err;
+      const heldKey = heldKeyOf(held.details) ?? 'unknown';
       if (progress.heldKey !== heldKey) {
         progress.heldKey = heldKey;
         await tell(heldKey);
@@ -266,4 +250,26 @@ async function publishUntilSettled(
       progress.steps.publish = 'running';
     }
   }
+}
+
+/**
+ * The step's own failure when it failed with `type`: a state the run waits out (a held delivery, a budget to
+ * raise) rather than a failure of the run.
+ */
+function stepFailedWith(err: unknown, type: string): ApplicationFailure | undefined {
+  return err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === type
+    ? err.cause
+    : undefined;
+}
+
+/**
+ * Tells the run's batch (its parent) how it stands. The batch may have ended or continued meanwhile: telling it
+ * is a courtesy, never a reason to fail.
+ */
+async function tellBatch<A>(signal: SignalDefinition<[A]>, notice: A): Promise<void> {
+  const parent = workflowInfo().parent;
+  if (parent === undefined) return;
+  await getExternalWorkflowHandle(parent.workflowId)
+    .signal(signal, notice)
+    .catch(() => undefined);
 }

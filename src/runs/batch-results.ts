@@ -16,15 +16,22 @@ export async function readOutcomes(
   entries: readonly BatchEntry[],
   since: number,
   print: (line: string) => void,
-  paused: { held?: readonly HeldDocument[]; overBudget?: readonly BudgetWaitingDocument[] } = {},
+  paused: {
+    held?: readonly HeldDocument[];
+    overBudget?: readonly BudgetWaitingDocument[];
+    /** Indexes of entries the batch never took up (its window full of paused runs): they have no run yet. */
+    notStarted?: ReadonlySet<number>;
+  } = {},
 ): Promise<DocumentOutcome[]> {
-  const { held = [], overBudget = [] } = paused;
+  const { held = [], overBudget = [], notStarted = new Set<number>() } = paused;
   const outcomes: DocumentOutcome[] = new Array<DocumentOutcome>(entries.length);
   let nextIndex = 0;
-  const readOne = async (entry: BatchEntry): Promise<DocumentOutcome> => {
+  const readOne = async (entry: BatchEntry, index: number): Promise<DocumentOutcome> => {
     const workflowId = workflowIdFor(entry.documentId);
     const handle = client.workflow.getHandle(workflowId);
     const base = { source: entry.source, title: entry.title, workflowId };
+    if (notStarted.has(index))
+      return { ...base, result: undefined, error: undefined, report: undefined, notStarted: true };
     let report: RecoveryReport | undefined;
     try {
       const runId = (await calls.run(() => handle.describe())).runId;
@@ -51,7 +58,7 @@ export async function readOutcomes(
   const reader = async (): Promise<void> => {
     for (let i = nextIndex++; i < entries.length; i = nextIndex++) {
       const entry = entries[i];
-      if (entry !== undefined) outcomes[i] = await readOne(entry);
+      if (entry !== undefined) outcomes[i] = await readOne(entry, i);
     }
   };
   await Promise.all(Array.from({ length: Math.min(8, entries.length) }, reader));

@@ -175,8 +175,17 @@ async function runBatch(
   // their runs go on, and finish once the verdict is given or the budget raised.
   const held = pausedOnly ? (final.held ?? []) : [];
   const overBudget = pausedOnly ? (final.waitingForBudget ?? []) : [];
+  // The window was full of paused runs: the documents after them were never taken up, and wait behind them.
+  const notStarted = new Set(
+    pausedOnly
+      ? (listed ?? []).map((_, i) => i).filter((i) => !final.handled.some((h) => h.index === i))
+      : [],
+  );
   const outcomes = listed
-    ? [...rejected, ...(await readOutcomes(client, calls, listed, since, print, { held, overBudget }))]
+    ? [
+        ...rejected,
+        ...(await readOutcomes(client, calls, listed, since, print, { held, overBudget, notStarted })),
+      ]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
   // Stopped while reading the results: their errors say only that.
   signal?.throwIfAborted();

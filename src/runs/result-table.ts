@@ -19,6 +19,8 @@ export interface DocumentOutcome {
   heldKey?: string;
   /** Its run waits for this budget to be raised (npm run budget): not ended, not failed. */
   budgetId?: string;
+  /** The batch has not taken it up yet: its window is full of paused runs (held, waiting for budget). */
+  notStarted?: true;
 }
 
 /** The outcome of a document that failed before or without a result: a rejected file, a failure the batch listed. */
@@ -34,7 +36,7 @@ export function failedOutcome(
  * How a document ended: published, superseded (a newer run of it had published first), failed, or held (its
  * delivery may have landed unanswered; its run goes on once a person or the receiver's lookup says).
  */
-export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held' | 'budget';
+export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held' | 'budget' | 'not started';
 
 /** The exit code of a batch that ended with deliveries held for a verdict, and nothing failed. */
 export const HELD_EXIT_CODE = 4;
@@ -45,6 +47,7 @@ export const BUDGET_EXIT_CODE = 5;
 export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
   if (outcome.heldKey !== undefined) return 'held';
   if (outcome.budgetId !== undefined) return 'budget';
+  if (outcome.notStarted === true) return 'not started';
   if (outcome.result === undefined) return 'failed';
   return outcome.result.publication.superseded === true ? 'superseded' : 'published';
 }
@@ -111,6 +114,8 @@ function statusCell(outcome: DocumentOutcome): string {
       return 'HELD';
     case 'budget':
       return 'WAITING: budget';
+    case 'not started':
+      return 'NOT STARTED';
   }
 }
 
@@ -200,8 +205,12 @@ export function printOutcomes(
     count('superseded') > 0 ? ` ${count('superseded')} superseded by a newer run (not written),` : '';
   const held = count('held') > 0 ? ` ${count('held')} held for a verdict on their delivery,` : '';
   const waiting = count('budget') > 0 ? ` ${count('budget')} waiting for their budget,` : '';
+  const behind =
+    count('not started') > 0
+      ? ` ${count('not started')} not started yet (behind the paused ones: they start once those go on),`
+      : '';
   print(
-    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held}${waiting} ${count('failed')} failed.`,
+    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held}${waiting}${behind} ${count('failed')} failed.`,
   );
   for (const line of heldLines(
     outcomes.flatMap((o) => (o.heldKey !== undefined ? [{ source: o.source, heldKey: o.heldKey }] : [])),
