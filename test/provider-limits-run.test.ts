@@ -55,6 +55,8 @@ interface Run {
   workers: number;
   /** One PostgreSQL database (DATABASE_URL) for the workers and the client; otherwise one data folder. */
   postgres: boolean;
+  /** The most time the run may take against the limit's own time, where not MAX_RATIO. */
+  maxRatio?: number;
 }
 
 const RUNS: Run[] = [
@@ -82,6 +84,11 @@ const RUNS: Run[] = [
   {
     what: "Anthropic's Messages API, one worker, the limits learned from the headers",
     provider: 'anthropic',
+    // Anthropic's headers say less than OpenAI's: what is left of the tokens rounded to the thousand, and when a
+    // limit is full again to the second (RFC 3339), where OpenAI gives a duration to the millisecond. Pacing from
+    // them leaves up to half a second of requests and a quarter of tokens unused between some calls (runs here:
+    // 1.13x to 1.23x; docs/limits.md).
+    maxRatio: 1.25,
     configured: false,
     workers: 1,
     postgres: false,
@@ -139,6 +146,12 @@ async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
   assert.ok(!client.timedOut, `npm run pipeline did not end within ${RUN_DEADLINE_MS / 1000} s; ${said}`);
   assert.deepEqual(tally, { published: count, total: count, failed: 0 }, said);
   assert.equal(client.code, 0, said);
+  // The batch's progress says the provider is limiting it: calls a minute against the limit, refusals, waiters.
+  assert.match(
+    client.output,
+    /Limited: Provider \S+ at http:\S+: \d+ calls in the last minute against \d+ calls\/min and \d+ tokens\/min, \d+ refused \(429\) so far, \d+ waiting their turn/,
+    said,
+  );
   assert.deepEqual(stats.paidTwice, [], 'answers paid twice');
   assert.deepEqual(
     [...new Set(stats.calls.map((c) => c.api))],
@@ -149,9 +162,10 @@ async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
     stats.refused * CALLS_PER_REFUSAL <= stats.answered,
     `${stats.refused} refusals for ${stats.answered} successful calls: more than 1 in ${CALLS_PER_REFUSAL}`,
   );
+  const maxRatio = run.maxRatio ?? MAX_RATIO;
   assert.ok(
-    stats.wallSeconds <= MAX_RATIO * stats.limitSeconds + SLACK_SECONDS,
-    `the model calls took ${stats.wallSeconds.toFixed(1)} s, more than ${MAX_RATIO} x the ` +
+    stats.wallSeconds <= maxRatio * stats.limitSeconds + SLACK_SECONDS,
+    `the model calls took ${stats.wallSeconds.toFixed(1)} s, more than ${maxRatio} x the ` +
       `${stats.limitSeconds.toFixed(1)} s the limits need (+${SLACK_SECONDS} s)`,
   );
 }
