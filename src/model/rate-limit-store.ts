@@ -53,8 +53,6 @@ export interface ScopeStatus {
   overloads: number;
   /** Calls holding a place whose start is still ahead. */
   waiting: number;
-  /** How long until a call asking now could start. */
-  nextStartInMs: number;
 }
 
 /** What a call that ended spent: its answer's tokens (paid, kept or refused) and their price. */
@@ -254,7 +252,6 @@ export class SqlRateLimits {
       refusals: state.refusals,
       overloads: state.overloads,
       waiting: Number(waiting?.n ?? 0),
-      nextStartInMs: Math.max(0, state.blockedUntil - now, state.requestsTat - now - 1_000),
     };
   }
 
