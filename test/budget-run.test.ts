@@ -14,8 +14,11 @@ import { cleanupAfterAll, scratchDir } from './scratch';
 installQuietRuntime();
 const defer = cleanupAfterAll();
 
-/** gpt-4o-mini's list price, US dollars a million tokens (src/model/pricing.ts's default). */
-const PRICE = { input: 0.15, output: 0.6 };
+/**
+ * gpt-4o-mini's list price, US dollars a million tokens (src/model/pricing.ts's default): prompt tokens the
+ * provider served from its cache are billed at the cached price, as the invoice bills them.
+ */
+const PRICE = { input: 0.15, cachedInput: 0.075, output: 0.6 };
 /** Room for a few of the documents: each reserves its prompt and the most its answers may use, ~$0.0008. */
 const BUDGET_USD = 0.003;
 const RAISED_USD = 1;
@@ -42,7 +45,12 @@ describe('a batch with a budget in dollars', () => {
           .stats()
           .calls.filter((c) => c.status === 200)
           .reduce(
-            (sum, c) => sum + (c.promptTokens * PRICE.input + c.completionTokens * PRICE.output) / 1e6,
+            (sum, c) =>
+              sum +
+              ((c.promptTokens - c.cachedTokens) * PRICE.input +
+                c.cachedTokens * PRICE.cachedInput +
+                c.completionTokens * PRICE.output) /
+                1e6,
             0,
           );
 
