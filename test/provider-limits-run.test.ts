@@ -15,7 +15,7 @@ import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { installQuietRuntime } from './helpers';
 import { freshDatabase } from './postgres';
-import type { ProviderLimits } from './provider-limits';
+import type { ProviderLimits, ProviderStats } from './provider-limits';
 import { figures, runAtLimits } from './provider-limits-run';
 import { cleanupAfterAll, scratchDir } from './scratch';
 import type { Defer } from './scratch';
@@ -140,6 +140,7 @@ async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
   const { documents: count, client, stats, tally, failures } = ran;
   t.diagnostic(`${run.what}: ${ran.outcome}; ${figures(stats, limits)}`);
   for (const line of failures.slice(0, 3)) t.diagnostic(`  ${line.slice(0, 400)}`);
+  for (const line of refusalLines(stats)) t.diagnostic(`  ${line}`);
   const workersCalling = new Set(stats.calls.map((c) => c.route));
   const said = `the client printed:\n${client.output.slice(-3000)}`;
 
@@ -168,6 +169,30 @@ async function runOnce(t: TestContext, run: Run, later: Defer): Promise<void> {
     `the model calls took ${stats.wallSeconds.toFixed(1)} s, more than ${maxRatio} x the ` +
       `${stats.limitSeconds.toFixed(1)} s the limits need (+${SLACK_SECONDS} s)`,
   );
+}
+
+/**
+ * Each refusal as the provider saw it: when, which limit, and the calls it admitted in the second before, so a run
+ * over the bound says whether calls came early (the pacing) or the provider's own loop stalled and took a burst.
+ */
+function refusalLines(stats: ProviderStats): string[] {
+  const first = Math.min(...stats.calls.map((c) => c.receivedAt));
+  const at = (ms: number): string => `${((ms - first) / 1000).toFixed(3)} s`;
+  const lines =
+    stats.refused === 0 ? [] : [`the provider's loop stalled ${stats.longestStallMs.toFixed(0)} ms at most`];
+  for (const refused of stats.calls.filter((c) => c.status === 429)) {
+    const before = stats.calls
+      .filter(
+        (c) =>
+          c.tokens > 0 && c.receivedAt <= refused.receivedAt && c.receivedAt > refused.receivedAt - 1_000,
+      )
+      .map((c) => `${at(c.receivedAt)} (${c.tokens} tokens)`);
+    lines.push(
+      `429 at ${at(refused.receivedAt)} by ${refused.refusedBy ?? '?'} (${refused.step}); admitted in the second ` +
+        `before: ${before.join(', ') || 'none'}`,
+    );
+  }
+  return lines;
 }
 
 describe("the pipeline at a provider's rate limits", () => {

@@ -18,6 +18,7 @@
  * answered in the last 5 minutes has that prefix served from the cache, in steps of 128 tokens, as OpenAI caches;
  * Anthropic caches only what a request marks with `cache_control`.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import {
   answerBody,
   demoContent,
@@ -78,6 +79,8 @@ export interface ProviderCall {
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
+  /** For a 429: the limit that refused it. */
+  refusedBy: 'requests' | 'tokens' | 'output tokens' | undefined;
 }
 
 export interface ProviderStats {
@@ -99,6 +102,11 @@ export interface ProviderStats {
   outputTokens: number;
   /** The time the limits themselves need for the answered calls and their tokens (see limitSeconds). */
   limitSeconds: number;
+  /**
+   * The longest the provider's own event loop was held up (ms): requests that arrived meanwhile are all admitted
+   * at its end, as one burst, which a real provider's machine would have stamped apart.
+   */
+  longestStallMs: number;
 }
 
 export interface LimitedProvider {
@@ -268,6 +276,9 @@ export async function startLimitedProvider({
   const output = limits.otpm === undefined ? undefined : new Bucket(limits.otpm, grainSeconds, start);
   const cache = new PromptCache();
   const charges = new WeakMap<ChatRequest, Charge>();
+  const refusedBy = new WeakMap<ChatRequest, ProviderCall['refusedBy']>();
+  const stalls = monitorEventLoopDelay({ resolution: 10 });
+  stalls.enable();
   let overloadedUntil = -Infinity;
 
   /** The limit headers of the request's API, with the buckets as they are now. */
@@ -384,6 +395,13 @@ export async function startLimitedProvider({
       if (waitMs > 0 && (refused === undefined || waitMs > refused.waitMs))
         refused = { bucket, cost, waitMs };
     }
+    if (refused !== undefined) {
+      const { bucket } = refused;
+      refusedBy.set(
+        request,
+        bucket === requests ? 'requests' : bucket === tokens ? 'tokens' : 'output tokens',
+      );
+    }
     if (refused !== undefined) return refusal(request, refused.bucket, refused.cost, refused.waitMs, now);
 
     for (const [bucket, cost] of costs) bucket.take(cost, now);
@@ -468,6 +486,7 @@ export async function startLimitedProvider({
           promptTokens: charge?.promptTokens ?? 0,
           cachedTokens: charge?.cachedTokens ?? 0,
           completionTokens: charge?.completionTokens ?? 0,
+          refusedBy: refusedBy.get(r),
         };
       });
       const answered = calls.filter((c) => c.status !== undefined && c.status >= 200 && c.status < 300);
@@ -492,9 +511,13 @@ export async function startLimitedProvider({
         tokens: tokenCount,
         outputTokens,
         limitSeconds: limitSeconds(answered.length, tokenCount, outputTokens),
+        longestStallMs: stalls.max / 1e6,
       };
     },
     limitSeconds,
-    close: () => server.close(),
+    close: () => {
+      stalls.disable();
+      return server.close();
+    },
   };
 }

@@ -4,6 +4,7 @@
  * The whole pipeline at a real limit is test/provider-limits-run.test.ts.
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,10 +19,12 @@ import {
 } from '../src/model/rate-limit';
 import type { LimitState, Reservation } from '../src/model/rate-limit';
 import { SqlRateLimits } from '../src/model/rate-limit-store';
+import { Pacer } from '../src/model/pacer';
 import { openSqlite } from '../src/store/sql-sqlite';
 import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { freshSchema } from './postgres';
 import { cleanupAfterAll, scratchDir } from './scratch';
+import { silentLogger } from './helpers';
 
 const defer = cleanupAfterAll();
 
@@ -284,6 +287,63 @@ for (const store of STORES) {
         assert.deepEqual(raised?.woken, ['wf-three']);
         assert.equal((await a.reserve(hold('three', { budget }), known)).kind, 'granted');
         assert.deepEqual(await b.waitingBudgets(), []);
+      } finally {
+        await close();
+      }
+    });
+
+    it('a call woken well past its turn (its process held up) queues again instead of going in a burst', async () => {
+      const [a, , close] = await store.open();
+      try {
+        const pacer = new Pacer(
+          a,
+          `test/held-up@http://127.0.0.1:1/${randomUUID()}`,
+          { provider: 'test', model: 'held-up' },
+          { leaseMs: 60_000, settings: { requestsPerMinute: 120 }, log: silentLogger },
+        );
+        const sent: number[] = [];
+        const call = (i: number) =>
+          pacer.run(
+            {
+              holdKey: `late-${i}`,
+              workflowId: `wf-late-${i}`,
+              step: 'summarize',
+              attemptEndsAt: Infinity,
+              stepEndsAt: Infinity,
+              signal: new AbortController().signal,
+            },
+            {
+              promptChars: 400,
+              maxOutputTokens: 10,
+              send: () => {
+                sent.push(Date.now());
+                return Promise.resolve({
+                  value: i,
+                  usage: { inputTokens: 100, outputTokens: 10 },
+                  limits: {},
+                });
+              },
+            },
+          );
+        // Turns half a second apart: the first goes at once, the others at 0.5, 1 and 1.5 s.
+        const calls = [0, 1, 2, 3].map(call);
+        const deadline = Date.now() + 10_000;
+        while (sent.length === 0 && Date.now() < deadline) await sleep(10);
+        // The process is held up for 1.7 s (a synchronous store call, a long GC): three turns pass meanwhile.
+        const heldUntil = Date.now() + 1_700;
+        while (Date.now() < heldUntil) {
+          // busy, as a blocked event loop is
+        }
+        await Promise.all(calls);
+        const gaps = sent
+          .sort((x, y) => x - y)
+          .slice(1)
+          .map((at, i) => at - sent[i]!);
+        // Sent together, the calls whose turns passed would be a burst a provider's one-second bucket refuses.
+        assert.ok(
+          gaps.every((gap) => gap >= 200),
+          `calls went at most 200 ms apart after the hold-up: gaps ${gaps.join(', ')} ms`,
+        );
       } finally {
         await close();
       }

@@ -66,6 +66,11 @@ const MAX_INLINE_WAITERS = 32;
 const EARLY_RETURN_MS = 2_000;
 /** How often a call waiting for its turn reads it again. */
 const TURN_READ_MS = 1_000;
+/**
+ * How late past its turn a waiting call may wake and still go. Past it, the calls whose turns fell in the delay
+ * would go together: a burst of more than the half second's worth a provider's bucket may hold.
+ */
+const LATE_TURN_MS = 250;
 /** Room left after a turn for the call itself, before the attempt's own timeout. */
 const CALL_ROOM_MS = 15_000;
 
@@ -97,6 +102,7 @@ export class Pacer {
 
   async run<T>(place: CallPlace, request: PacedRequest<T>): Promise<{ value: T; usage: Usage }> {
     const metrics = this.options.metrics ?? noMetrics;
+    let requeued = false;
     for (;;) {
       const charsPerToken = await this.limits.charsPerToken(this.scope);
       const tokens = estimateTokens(request.promptChars, request.maxOutputTokens, charsPerToken);
@@ -131,7 +137,18 @@ export class Pacer {
         await this.wait(place, turn.retryInMs, metrics);
         continue;
       }
-      await this.wait(place, turn.waitMs, metrics, { holdKey: place.holdKey, nonce: turn.nonce });
+      const lateMs = await this.wait(place, turn.waitMs, metrics, {
+        holdKey: place.holdKey,
+        nonce: turn.nonce,
+      });
+      if (lateMs > LATE_TURN_MS && !requeued) {
+        // Woken well past its turn (the worker's loop was held up): the calls whose turns fell in that time woke
+        // with it, and sent together they would be a burst the provider's short buckets refuse. It queues again,
+        // once: its old turn, already past, is left unused.
+        requeued = true;
+        await this.end(place, turn.nonce, { kind: 'unanswered' });
+        continue;
+      }
       const sentAt = Date.now();
       let answer: { value: T; usage: Usage; limits: ProviderLimits };
       try {
@@ -206,8 +223,8 @@ export class Pacer {
     ms: number,
     metrics: PipelineMetrics,
     hold?: { holdKey: string; nonce: string },
-  ): Promise<void> {
-    if (ms <= 0) return;
+  ): Promise<number> {
+    if (ms <= 0) return 0;
     const waitMs = ms + Math.random() * Math.min(250, ms * 0.1);
     const now = Date.now();
     if (now + waitMs > place.stepEndsAt) {
@@ -238,11 +255,16 @@ export class Pacer {
     try {
       // The turn moves while it waits (the provider's counts move the queue): it is read again every second.
       for (let left = waitMs; left > 0;) {
+        const wakeAt = Date.now() + Math.min(left, TURN_READ_MS);
         await sleep(Math.min(left, TURN_READ_MS), undefined, { signal: place.signal });
-        if (left <= TURN_READ_MS || hold === undefined) break;
+        // How late the wake came: a timer is late only when the process was held up.
+        if (left <= TURN_READ_MS || hold === undefined) return Math.max(0, Date.now() - wakeAt);
         const moved = await this.limits.turn(hold).catch(() => left - TURN_READ_MS);
+        // The turn passed while it slept: by this much.
+        if (moved !== undefined && moved <= 0) return -moved;
         left = moved === undefined ? 0 : moved;
       }
+      return 0;
     } finally {
       this.inlineWaiters--;
       metrics.limiterWaited(this.model, (Date.now() - now) / 1000);
