@@ -64,6 +64,61 @@ const optionalPositiveInt = z
   .transform((s) => (s === undefined || s === '' ? undefined : Number(s)))
   .pipe(z.number({ error: 'must be a whole number' }).int().positive().optional());
 
+const LOOKUP_EXAMPLE = 'e.g. https://receiver.example.com/publications/{key}';
+
+/**
+ * Why a PUBLISH_WEBHOOK_LOOKUP_URL cannot be asked, saying what to fix; undefined when it can. The publisher
+ * percent-encodes the key into `{key}`, so `{key}` must be one whole path segment: in the host, the query or the
+ * fragment, or beside other text in its segment, the receiver would be asked about something else, and with a
+ * trailing `/` it answers its "no such route" 404, which reads as "no such delivery". A query string of the
+ * receiver's own (`?token=...`) is kept and sent with every lookup.
+ */
+export function lookupUrlProblem(template: string): string | undefined {
+  const slots = template.split('{key}').length - 1;
+  if (slots === 0) {
+    return `must have {key} where the Idempotency-Key goes, as a path segment of its own, ${LOOKUP_EXAMPLE}`;
+  }
+  if (slots > 1) return `must have {key} once (it has it ${slots} times), ${LOOKUP_EXAMPLE}`;
+  // Letters and digits: the URL parser leaves them as they are wherever they stand.
+  const marker = 'lookupkeymarker0';
+  const filled = template.replace('{key}', marker);
+  if (!/^https?:\/\//i.test(template) || !URL.canParse(filled)) {
+    return `must be an absolute http(s) URL with {key} where the Idempotency-Key goes, ${LOOKUP_EXAMPLE}`;
+  }
+  const url = new URL(filled);
+  if (url.username !== '' || url.password !== '') {
+    return (
+      'must not carry a user name or password (URLs are shown in messages and logs): sign the lookups with ' +
+      'PUBLISH_WEBHOOK_SECRET, or give the receiver a token in the query string (?token=...)'
+    );
+  }
+  if (url.hash !== '') {
+    return `must not have a fragment ("${url.hash.replace(marker, '{key}')}"): a fragment is never sent; remove it${
+      url.hash.includes(marker) ? ` and put {key} in the path, ${LOOKUP_EXAMPLE}` : ''
+    }`;
+  }
+  if (url.hostname.includes(marker)) return `must have {key} in the path, not in the host, ${LOOKUP_EXAMPLE}`;
+  if (url.search.includes(marker)) {
+    return (
+      `must have {key} in the path, not in the query string, ${LOOKUP_EXAMPLE}; a query string without {key} is ` +
+      'fine (e.g. ?token=... for a receiver that wants one) and is sent as it is with every lookup'
+    );
+  }
+  if (!url.pathname.split('/').includes(marker)) {
+    return (
+      'must have {key} as a whole path segment, between two "/" or at the end of the path, not inside one ' +
+      `(key-{key}, {key}.json), ${LOOKUP_EXAMPLE}`
+    );
+  }
+  if (url.pathname.endsWith('/')) {
+    return (
+      'must not end its path with "/": the receiver would answer its "no such route" 404, which reads as "no ' +
+      `such delivery"; remove the trailing "/", ${LOOKUP_EXAMPLE}`
+    );
+  }
+  return undefined;
+}
+
 /**
  * Every environment variable the project reads, with its default. docker-compose.yml and the README's
  * configuration table are checked against this list by test/docker-compose.test.ts.
@@ -110,18 +165,10 @@ const EnvSchema = z.object({
   PUBLISH_WEBHOOK_URL: optionalUrl(
     'let the receiver check PUBLISH_WEBHOOK_SECRET, which signs every request',
   ),
-  PUBLISH_WEBHOOK_LOOKUP_URL: optionalText
-    .refine(
-      (s) =>
-        s === undefined ||
-        (s.includes('{key}') && /^https?:\/\//.test(s) && URL.canParse(s.replace('{key}', 'k'))),
-      'must be an http(s) URL with {key} where the Idempotency-Key goes, e.g. http://receiver/publications/{key}',
-    )
-    .refine((s) => {
-      if (s === undefined || !URL.canParse(s.replace('{key}', 'k'))) return true;
-      const { username, password } = new URL(s.replace('{key}', 'k'));
-      return username === '' && password === '';
-    }, 'must not carry a user name or password (URLs are shown in messages and logs)'),
+  PUBLISH_WEBHOOK_LOOKUP_URL: optionalText.superRefine((template, ctx) => {
+    const problem = template === undefined ? undefined : lookupUrlProblem(template);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+  }),
   PUBLISH_REQUEST_TIMEOUT_MS: positiveInt(15_000),
   MAX_DOCUMENT_BYTES: positiveInt(1_000_000),
   DOCUMENT_EXTENSIONS: DocumentExtensionsSchema,

@@ -513,6 +513,7 @@ describe('publish target: the lookup by key', () => {
     assert.deepEqual(JSON.parse(found.body), {
       documentId: doc.documentId,
       revision: 1,
+      textRef: doc.textRef,
       idempotencyKey: 'run-1:publish',
     });
     assert.equal((await signedAsk('run-2:publish')).status, 404);

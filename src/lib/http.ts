@@ -22,11 +22,20 @@ export function retryAfterOf(headers: Headers, now = Date.now()): number | undef
   return parseRetryAfter(headers.get('retry-after'), now);
 }
 
+/**
+ * The most of an answer's body postJson and getJson keep (64 KiB): a receiver's receipt or a lookup's answer is a
+ * few hundred bytes, and a server answering a gigabyte must not fill the worker's memory. The rest is never read.
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024;
+
 export interface HttpAnswer {
   status: number;
   headers: Headers;
   retryAfterMs: number | undefined;
+  /** The body as UTF-8, at most `maxBodyBytes` of it. */
   body: string;
+  /** True when the body went on past the cap: `body` is its beginning, and the rest was never read. */
+  truncated: boolean;
 }
 
 export interface PostOptions {
@@ -43,6 +52,8 @@ export interface PostOptions {
   transientType: string;
   /** Headers made from the exact body sent, e.g. a signature over it; added to `headers`. */
   bodyHeaders?: (body: string) => Record<string, string>;
+  /** The most of the answer's body read (MAX_ANSWER_BYTES). */
+  maxBodyBytes?: number;
 }
 
 /**
@@ -62,12 +73,7 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
       redirect: 'manual',
       signal: AbortSignal.any([timeout, options.signal]),
     });
-    return {
-      status: response.status,
-      headers: response.headers,
-      retryAfterMs: retryAfterOf(response.headers),
-      body: await response.text(),
-    };
+    return await answerOf(response, options.maxBodyBytes);
   } catch (err) {
     if (options.signal.aborted) throw err;
     const reason = timeout.aborted
@@ -82,22 +88,60 @@ export async function postJson(url: string, body: unknown, options: PostOptions)
   }
 }
 
-/** GETs a URL, following no redirect; a connection error or timeout throws as fetch does. */
+/**
+ * GETs a URL, following no redirect, reading at most `maxBodyBytes` (MAX_ANSWER_BYTES) of the answer; a connection
+ * error or timeout throws as fetch does.
+ */
 export async function getJson(
   url: string,
-  options: { headers: Record<string, string>; timeoutMs: number; signal: AbortSignal },
+  options: { headers: Record<string, string>; timeoutMs: number; signal: AbortSignal; maxBodyBytes?: number },
 ): Promise<HttpAnswer> {
   const response = await fetch(url, {
     headers: { accept: 'application/json', ...options.headers },
     redirect: 'manual',
     signal: AbortSignal.any([AbortSignal.timeout(options.timeoutMs), options.signal]),
   });
+  return answerOf(response, options.maxBodyBytes);
+}
+
+async function answerOf(response: Response, maxBodyBytes = MAX_ANSWER_BYTES): Promise<HttpAnswer> {
+  const { text, truncated } = await readCapped(response, maxBodyBytes);
   return {
     status: response.status,
     headers: response.headers,
     retryAfterMs: retryAfterOf(response.headers),
-    body: await response.text(),
+    body: text,
+    truncated,
   };
+}
+
+/**
+ * Reads a response's body up to `max` bytes, then cancels the stream (fetch closes the connection), so what a
+ * server sends past the cap is never buffered. The request's abort signal still bounds the read in time.
+ */
+export async function readCapped(
+  response: Response,
+  max: number,
+): Promise<{ text: string; truncated: boolean }> {
+  if (response.body === null) return { text: '', truncated: false };
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let truncated = false;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (value.byteLength > max - size) {
+      chunks.push(value.subarray(0, max - size));
+      truncated = true;
+      // A server may still be sending; cancelling drops the connection instead of reading it to its end.
+      await reader.cancel().catch(() => undefined);
+      break;
+    }
+    chunks.push(value);
+    size += value.byteLength;
+  }
+  return { text: new TextDecoder().decode(Buffer.concat(chunks)), truncated };
 }
 
 const NOT_SENT = 'not-sent';
@@ -113,7 +157,11 @@ export function isRetryableStatus(status: number): boolean {
 }
 
 /** A retryable failure for a transient HTTP status, carrying the server's Retry-After as the next delay. */
-export function transientStatusFailure(answer: HttpAnswer, what: string, type: string): ApplicationFailure {
+export function transientStatusFailure(
+  answer: Pick<HttpAnswer, 'status' | 'headers' | 'retryAfterMs' | 'body'>,
+  what: string,
+  type: string,
+): ApplicationFailure {
   const wait =
     answer.retryAfterMs === undefined ? '' : `; Retry-After ${retryAfterWords(answer.retryAfterMs)}`;
   return ApplicationFailure.create({

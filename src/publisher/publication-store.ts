@@ -41,8 +41,13 @@ export interface PublicationStore {
   revisionsOf(documentId: string): Promise<{ revision: number; idempotencyKey: string }[]>;
   /** Every delivery attempt that reached the store, in order: the evidence that retries reused one key. */
   deliveries(): Promise<DeliveryRow[]>;
-  /** The revision a key wrote, if it wrote one: what the receiver's lookup by key answers. */
-  revisionOfKey(idempotencyKey: string): Promise<{ documentId: string; revision: number } | undefined>;
+  /**
+   * The revision a key wrote, if it wrote one, and the document version (`textRef`) it carried: what the receiver's
+   * lookup by key answers.
+   */
+  revisionOfKey(
+    idempotencyKey: string,
+  ): Promise<{ documentId: string; revision: number; textRef?: string } | undefined>;
   close(): Promise<void>;
 }
 
@@ -148,18 +153,25 @@ export class SqlPublicationStore implements PublicationStore {
     return rows.map((r) => ({ revision: r.revision, idempotencyKey: r.idempotency_key }));
   }
 
-  async revisionOfKey(idempotencyKey: string): Promise<{ documentId: string; revision: number } | undefined> {
+  async revisionOfKey(
+    idempotencyKey: string,
+  ): Promise<{ documentId: string; revision: number; textRef?: string } | undefined> {
     const row = await this.db.first(
       this.db.build
         .selectFrom('publication_revisions')
-        .select(['document_id', 'revision'])
+        .select(['document_id', 'revision', 'payload'])
         .where('idempotency_key', '=', idempotencyKey),
     );
     if (row === undefined) return undefined;
     // A sender acts on this answer as on a receipt: the revision may have been committed the moment before, its
     // sync still under way (see publish).
     await this.db.syncCommitted();
-    return { documentId: row.document_id, revision: row.revision };
+    const stored = z.object({ textRef: z.string() }).safeParse(jsonOf(row.payload));
+    return {
+      documentId: row.document_id,
+      revision: row.revision,
+      ...(stored.success ? { textRef: stored.data.textRef } : {}),
+    };
   }
 
   async deliveries(): Promise<DeliveryRow[]> {

@@ -2,6 +2,7 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import { describeIssues, PublishInputSchema } from '../contract';
+import { describeCauses } from '../lib/http';
 import type { PublicationStore } from './publication-store';
 import { checkSignatureHeaders, verifier } from './signature';
 
@@ -51,7 +52,8 @@ export interface ReceiverOptions {
  * Answers 201 for a new revision, 200 for a key it has seen (with the first receipt), 200 with `superseded: true`
  * and the current revision for a new key from a run older than the published one (not written), 400 for bad
  * requests, 401 for a missing or wrong signature (with a secret), 421 for a Host it does not answer to, 413 for
- * a body over `maxBodyBytes`, 500 when the store fails (the server keeps serving).
+ * a body over `maxBodyBytes`, 500 when the store fails (the server keeps serving). `GET /publications/<key>` is the
+ * lookup by key (LookupAnswer). A query string is ignored on both routes. Each refusal logs one line, no stack.
  */
 export async function startReceiver(
   store: PublicationStore,
@@ -82,18 +84,27 @@ export async function startReceiver(
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
     };
+    // A refusal costs one line in the log (never a stack, never the body): what a stranger sends is not a fault here.
+    const refuse = (status: number, error: string, headers: Record<string, string> = {}): void => {
+      const shown = error.length > 300 ? `${error.slice(0, 300)}…` : error;
+      console.error(`publish target: ${status} to ${req.method ?? '?'} ${shownTarget(req.url)}: ${shown}`);
+      reply(status, { error }, headers);
+    };
     // A name it was not given is a DNS-rebinding page or a misrouted request, not a sender: refused before the body.
     if (!allowedHost(req.headers.host)) {
-      reply(421, { error: `this publish target does not answer to Host "${req.headers.host ?? ''}"` });
+      refuse(421, `this publish target does not answer to Host "${req.headers.host ?? ''}"`);
       return;
     }
-    const lookup = /^\/publications\/([^/?#]+)$/.exec(req.url ?? '');
+    // The query string is no part of the route: a sender may carry a token there for a receiver in front of this one.
+    const pathname = (req.url ?? '').split(/[?#]/, 1)[0] ?? '';
+    const lookup = /^\/publications\/([^/]+)$/.exec(pathname);
     if (req.method === 'GET' && lookup?.[1] !== undefined) {
-      await answerLookup(decodeURIComponent(lookup[1]), req, reply);
+      await answerLookup(lookup[1], req, reply, refuse);
       return;
     }
-    if (req.method !== 'POST' || req.url !== '/publications') {
-      reply(404, { error: 'POST /publications and GET /publications/<Idempotency-Key> are the routes' });
+    if (req.method !== 'POST' || pathname !== '/publications') {
+      // No idempotencyKey in this body: a sender reads it as "wrong URL", never as "no such delivery".
+      refuse(404, `no such route: ${ROUTES}`);
       return;
     }
     let key = req.headers['idempotency-key'];
@@ -105,7 +116,7 @@ export async function startReceiver(
         const error = early.ok
           ? 'the webhook-id header must equal the Idempotency-Key header (the signed key)'
           : early.reason;
-        reply(401, { error }, { connection: 'close' });
+        refuse(401, error, { connection: 'close' });
         req.resume();
         return;
       }
@@ -115,7 +126,7 @@ export async function startReceiver(
     const raw = await readBody(req, maxBodyBytes);
     if (raw === 'too-large') {
       // Closing the connection stops the upload; what is still in flight is read and dropped, never kept.
-      reply(413, { error: `the body is over ${maxBodyBytes} bytes` }, { connection: 'close' });
+      refuse(413, `the body is over ${maxBodyBytes} bytes`, { connection: 'close' });
       req.resume();
       return;
     }
@@ -123,42 +134,55 @@ export async function startReceiver(
       // The signature covers webhook-id, which is the key (checked above): no replay under a new key.
       const verdict = verify(req.headers, raw);
       if (!verdict.ok) {
-        reply(401, { error: verdict.reason });
+        refuse(401, verdict.reason);
         return;
       }
     }
     if (typeof key !== 'string' || key.trim() === '') {
-      reply(400, { error: 'the Idempotency-Key header is required' });
+      refuse(400, 'the Idempotency-Key header is required');
+      return;
+    }
+    const badKey = keyProblem(key);
+    if (badKey !== undefined) {
+      refuse(400, `the Idempotency-Key ${badKey}`);
       return;
     }
     let body: unknown;
     try {
       body = JSON.parse(raw.toString('utf8'));
     } catch {
-      reply(400, { error: 'the body must be JSON' });
+      refuse(400, 'the body must be JSON');
       return;
     }
     const parsed = PublishInputSchema.safeParse(body);
     if (!parsed.success) {
-      reply(400, { error: `invalid publication: ${describeIssues(parsed.error)}` });
+      refuse(400, `invalid publication: ${describeIssues(parsed.error)}`);
+      return;
+    }
+    // A NUL in a text column is refused by PostgreSQL: a 400 for the sender, not a store failure to log.
+    if (holdsNul(parsed.data)) {
+      refuse(400, 'invalid publication: its text must not contain NUL characters (\\u0000)');
       return;
     }
     const { scheduledAt } = parsed.data;
     const ahead = scheduledAt === undefined ? 0 : scheduledAt - Date.now();
     if (ahead > scheduleSkewMs) {
-      reply(400, {
-        error:
-          `scheduledAt is ${Math.round(ahead / 1000)} s ahead of this receiver's clock (at most ` +
+      refuse(
+        400,
+        `scheduledAt is ${Math.round(ahead / 1000)} s ahead of this receiver's clock (at most ` +
           `${scheduleSkewMs / 1000} s allowed): it would outrank every later run of the document. Fix the ` +
           "sender's clock (NTP) or the value.",
-      });
+      );
       return;
     }
     let receipt;
     try {
       receipt = await store.publish(parsed.data, key);
     } catch (err) {
-      console.error(`publish target: the publication store (${store.where}) failed for key ${key}:`, err);
+      console.error(
+        `publish target: the publication store (${store.where}) failed for key ${JSON.stringify(key)}: ` +
+          describeCauses(err),
+      );
       reply(500, {
         error: 'the publication store failed; sending the same Idempotency-Key again is safe',
       });
@@ -171,41 +195,73 @@ export async function startReceiver(
   // Node enforces the header and request timeouts when it checks its connections (every 30 s by default).
   const checkEveryMs = Math.min(1_000, headersTimeoutMs / 2);
   /**
-   * `GET /publications/<key>`: whether a delivery under this key took effect here (200 with its receipt) or not
-   * (404), so a sender that lost an answer can ask instead of holding the delivery for a person or sending twice
-   * (PUBLISH_WEBHOOK_LOOKUP_URL). With a secret, the request is signed like a POST with an empty body, its
-   * webhook-id the key asked about.
+   * `GET /publications/<key>` (a query string ignored): whether a delivery under this key took effect here, so a
+   * sender that lost an answer can ask instead of holding the delivery for a person or sending twice
+   * (PUBLISH_WEBHOOK_LOOKUP_URL). The answer names the key it is about: 200 `{ idempotencyKey, documentId,
+   * revision, textRef }`, 404 `{ idempotencyKey, found: false }` (an unknown route's 404 names none). With a secret,
+   * the request is signed like a POST with an empty body, its webhook-id the key asked about; the signature is
+   * checked before anything is decoded from the path.
    */
   const answerLookup = async (
-    key: string,
+    encodedKey: string,
     req: http.IncomingMessage,
     reply: (status: number, body: unknown, headers?: Record<string, string>) => void,
+    refuse: (status: number, error: string) => void,
   ): Promise<void> => {
-    if (verify !== undefined) {
-      const verdict = verify(req.headers, Buffer.alloc(0));
-      if (!verdict.ok || verdict.id !== key) {
-        reply(401, {
-          error: verdict.ok ? 'the webhook-id header must be the key looked up' : verdict.reason,
-        });
-        return;
-      }
+    const verdict = verify?.(req.headers, Buffer.alloc(0));
+    if (verdict !== undefined && !verdict.ok) {
+      refuse(401, verdict.reason);
+      return;
+    }
+    const key = decodedSegment(encodedKey);
+    if (key === undefined) {
+      refuse(400, 'the key in the path is not valid percent-encoded UTF-8');
+      return;
+    }
+    const badKey = keyProblem(key);
+    if (badKey !== undefined) {
+      refuse(400, `the key in the path ${badKey}`);
+      return;
+    }
+    if (verdict !== undefined && verdict.id !== key) {
+      refuse(401, 'the webhook-id header must be the key looked up');
+      return;
     }
     let found;
     try {
       found = await store.revisionOfKey(key);
     } catch (err) {
-      console.error(`publish target: the publication store (${store.where}) failed to look up ${key}:`, err);
+      console.error(
+        `publish target: the publication store (${store.where}) failed to look up ${JSON.stringify(key)}: ` +
+          describeCauses(err),
+      );
       reply(500, { error: 'the publication store failed; ask again' });
       return;
     }
-    if (found === undefined) reply(404, { error: `nothing was published under ${key}` });
-    else reply(200, { ...found, idempotencyKey: key }, { 'idempotency-key': key });
+    if (found === undefined) {
+      reply(404, { idempotencyKey: key, found: false } satisfies LookupAnswer);
+      return;
+    }
+    const answer: LookupAnswer = {
+      idempotencyKey: key,
+      documentId: found.documentId,
+      revision: found.revision,
+      ...(found.textRef === undefined ? {} : { textRef: found.textRef }),
+    };
+    reply(200, answer, { 'idempotency-key': key });
   };
 
   const server = http.createServer({ connectionsCheckingInterval: checkEveryMs }, (req, res) => {
     handle(req, res).catch((err: unknown) => {
       if (req.socket.destroyed) return; // the client went away mid-request: nothing to answer
-      console.error('publish target: request failed:', err);
+      // A bug of this receiver, not of the sender; still one line, with where it was thrown, so no request can make
+      // the log grow by a stack trace.
+      const at =
+        err instanceof Error ? err.stack?.split('\n').find((line) => /^\s+at /.test(line)) : undefined;
+      console.error(
+        `publish target: 500 to ${req.method ?? '?'} ${shownTarget(req.url)}: ${describeCauses(err)}` +
+          (at === undefined ? '' : ` (${at.trim()})`),
+      );
       if (res.headersSent) res.destroy();
       else res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal error"}');
     });
@@ -226,6 +282,56 @@ export async function startReceiver(
     url: `http://${bracketed(host)}:${address.port}/publications`,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
+}
+
+/** The routes, as an unknown one's 404 names them. */
+const ROUTES = 'POST /publications and GET /publications/<Idempotency-Key> are the routes';
+
+/** The longest key taken; a run's key (`<workflow run ID>:<step>`) is under a hundred characters. */
+export const MAX_KEY_LENGTH = 512;
+
+/**
+ * The lookup's answer (`GET /publications/<key>`), the contract PUBLISH_WEBHOOK_LOOKUP_URL expects: it names the
+ * key asked about, so a sender never takes another answer (a proxy's page, another route's 404) for this key's.
+ * 200: the revision the key wrote, and `textRef`, the version of the document it carried (absent where the
+ * receiver does not keep it). 404: `found: false`, nothing was published under the key.
+ */
+export type LookupAnswer =
+  | { idempotencyKey: string; documentId: string; revision: number; textRef?: string }
+  | { idempotencyKey: string; found: false };
+
+/** Why a key cannot be one (a clause: "is empty"), or undefined. */
+function keyProblem(key: string): string | undefined {
+  if (key.length > MAX_KEY_LENGTH) return `is over ${MAX_KEY_LENGTH} characters`;
+  if (/[\u0000-\u001f\u007f]/.test(key)) return 'must not contain control characters';
+  return undefined;
+}
+
+/** A path segment percent-decoded, or undefined when it is not valid percent-encoded UTF-8 (`%E0%A4%A`). */
+function decodedSegment(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
+}
+
+/** True when any string in `value` holds a NUL. */
+function holdsNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (Array.isArray(value)) return value.some(holdsNul);
+  if (typeof value === 'object' && value !== null) return Object.values(value).some(holdsNul);
+  return false;
+}
+
+/**
+ * A request target for a log line: its path, quoted (control characters escaped) and cut at 200 characters; a
+ * query string (which may carry a token) shown as `?…`.
+ */
+function shownTarget(target: string | undefined): string {
+  const [pathname = '', query] = (target ?? '').split(/\?(.*)/s, 2);
+  const cut = pathname.length > 200 ? `${pathname.slice(0, 200)}…` : pathname;
+  return JSON.stringify(query === undefined ? cut : `${cut}?…`);
 }
 
 /** Reads the body, or stops at `max` bytes (keeping none of the rest) and says so. */
