@@ -43,6 +43,7 @@ import {
   webhookPublisher,
 } from './helpers';
 import { cleanupAfterAll, scratchDir } from './scratch';
+import { openClaimOf } from './helpers';
 import type { LocalParts } from './helpers';
 
 const defer = cleanupAfterAll();
@@ -549,7 +550,9 @@ describe('held deliveries in a batch', () => {
 
       // The operator checked the receiver: it has it.
       assert.equal(
-        await ledger.resolve(key, { delivered: { documentId: heldId, revision: 1, duplicate: true } }),
+        await ledger.resolve(await openClaimOf(ledger, key), {
+          delivered: { documentId: heldId, revision: 1, duplicate: true },
+        }),
         true,
       );
       await run.signal(deliverySettledSignal);

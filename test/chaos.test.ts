@@ -517,12 +517,12 @@ describe('chaos', { concurrency: true }, () => {
                     revision: effect.revision,
                     duplicate: true,
                   };
-                  if (await stores.ledger.resolve(entry.idempotencyKey, { delivered: receipt })) {
+                  if (await stores.ledger.resolve(entry, { delivered: receipt })) {
                     verdicts.delivered += 1;
                     await wake(entry.workflowId);
                   }
-                } else if (Date.now() - entry.updatedAt.getTime() > OPERATOR_PATIENCE_MS) {
-                  if (await stores.ledger.resolve(entry.idempotencyKey, 'unsent')) {
+                } else if (entry.ageMs > OPERATOR_PATIENCE_MS) {
+                  if (await stores.ledger.resolve(entry, 'unsent')) {
                     verdicts.unsent += 1;
                     await wake(entry.workflowId);
                   }

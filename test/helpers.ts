@@ -38,7 +38,7 @@ import { openaiCompatible } from '../src/model/provider-openai-compatible';
 import type { DocumentModel } from '../src/model/types';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { SqliteDeliveryLedger } from '../src/publisher/ledger-store';
-import type { DeliveryLedger } from '../src/publisher/ledger';
+import type { DeliveryLedger, LedgerEntry } from '../src/publisher/ledger';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publisher } from '../src/publisher/types';
 import type { StartedPipeline } from '../src/runs/submit';
@@ -294,6 +294,13 @@ export function scratchLedger(defer: Defer): DeliveryLedger {
   const ledger = new SqliteDeliveryLedger(path.join(scratchDir(defer, 'ledger-'), 'ledger.db'));
   defer(() => ledger.close());
   return ledger;
+}
+
+/** The open claim under `key`, as an operator's listing shows it: what a verdict on it names. */
+export async function openClaimOf(ledger: DeliveryLedger, key: string): Promise<LedgerEntry> {
+  const entry = (await ledger.openClaims()).find((e) => e.idempotencyKey === key);
+  assert.ok(entry !== undefined, `no open claim under ${key}`);
+  return entry;
 }
 
 /** Local parts (see localParts), closed and their folder removed after the file's tests. */

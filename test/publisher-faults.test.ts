@@ -33,6 +33,7 @@ import {
 } from './helpers';
 import { cleanupAfterAll, tempDir } from './scratch';
 import { relay } from '../src/cli/demo/link';
+import { openClaimOf } from './helpers';
 import type { StartedPipeline } from './helpers';
 import { deliverySettledSignal, progressQuery } from '../workflows';
 
@@ -345,7 +346,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       assert.equal((await handle.query(progressQuery)).steps.publish, 'held');
 
       assert.equal(
-        await ledger.resolve(key, {
+        await ledger.resolve(await openClaimOf(ledger, key), {
           delivered: { documentId: input.documentId, revision: 1, duplicate: true },
         }),
         true,

@@ -5,6 +5,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -16,7 +17,14 @@ import { startReceiver } from '../src/publisher/receiver';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
-import { closeServer, forwardPost, listenOnLoopback, scratchLedger, webhookPublisher } from './helpers';
+import {
+  closeServer,
+  forwardPost,
+  listenOnLoopback,
+  openClaimOf,
+  scratchLedger,
+  webhookPublisher,
+} from './helpers';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -382,7 +390,9 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
     );
 
     assert.ok(
-      await ledger.resolve(key, { delivered: { documentId: doc.documentId, revision: 1, duplicate: true } }),
+      await ledger.resolve(await openClaimOf(ledger, key), {
+        delivered: { documentId: doc.documentId, revision: 1, duplicate: true },
+      }),
     );
     const receipt = await publisher.publish(doc, key, NO_ABORT);
     assert.deepEqual(receipt, { documentId: doc.documentId, revision: 1, duplicate: true });
@@ -402,8 +412,9 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
       publisher.publish(doc, 'run-1:publish', NO_ABORT),
       retryable(FailureType.DeliveryHeld),
     );
-    assert.ok(await ledger.resolve('run-1:publish', 'unsent'));
-    assert.equal(await ledger.resolve('run-1:publish', 'unsent'), false, 'a settled key resolved twice');
+    const seen = await openClaimOf(ledger, 'run-1:publish');
+    assert.ok(await ledger.resolve(seen, 'unsent'));
+    assert.equal(await ledger.resolve(seen, 'unsent'), false, 'a settled key resolved twice');
     const receipt = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
     assert.equal(receipt.duplicate, false);
     assert.deepEqual(receiver.effects, ['run-1:publish']);
@@ -530,7 +541,11 @@ describe('WebhookPublisher: the delivery ledger before the effect', () => {
         },
       );
       assert.equal(elsewhere, 0, 'the signed POST (or a GET) went to the Location');
-      assert.deepEqual(await ledger.openClaims(), [], 'a redirect left the claim open');
+      // A receiver may apply a POST and then redirect (POST-redirect-GET): the claim stays open, never "unsent".
+      assert.deepEqual(
+        (await ledger.openClaims()).map((e) => [e.idempotencyKey, e.lastError]),
+        [['run-1:publish', `HTTP ${status} redirect`]],
+      );
     });
   }
 
@@ -653,22 +668,33 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
   });
 
   /** A receiver that ignores keys, with a lookup by key; `lost` says how its first POST goes wrong. */
+  /**
+   * A receiver that does not dedupe, with a lookup in the documented shape (docs/recovery.md): 200 naming the key
+   * and the version it delivered, 404 naming the key with `"found": false`. Its first POST loses the answer (the
+   * effect happens) or the request (no effect).
+   */
   async function receiverWithLookup(lost: 'answer' | 'request') {
     const effects: string[] = [];
+    const versions = new Map<string, string>();
     let posts = 0;
     const url = await scriptedServer((req, res) => {
-      const key = decodeURIComponent(/^\/publications\/(.+)$/.exec(req.url ?? '')?.[1] ?? '');
+      const key = decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
       if (req.method === 'GET') {
         req.resume();
-        if (effects.includes(key)) res.writeHead(200).end(JSON.stringify({ revision: 1 }));
-        else res.writeHead(404).end('{}');
+        const textRef = versions.get(key);
+        if (textRef !== undefined)
+          res.writeHead(200).end(JSON.stringify({ idempotencyKey: key, revision: 1, textRef }));
+        else res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
         return;
       }
-      req.resume();
+      let body = '';
+      req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
       req.on('end', () => {
         posts += 1;
         if (posts === 1 && lost === 'request') return void res.socket?.destroy();
-        effects.push(String(req.headers['idempotency-key']));
+        const sentKey = String(req.headers['idempotency-key']);
+        effects.push(sentKey);
+        versions.set(sentKey, String((JSON.parse(body) as { textRef: unknown }).textRef));
         if (posts === 1) return void res.socket?.destroy();
         res.writeHead(201).end(JSON.stringify({ revision: 1 }));
       });
@@ -704,14 +730,25 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
     it(`asks the receiver's lookup before holding: the ${lost} was lost, and the claim settles by itself`, async () => {
       const receiver = await receiverWithLookup(lost);
       const ledger = scratchLedger(defer);
+      // A short request timeout: the POST may be under way (or still processed) for it and a 5 s grace.
+      const timeoutMs = 500;
       const publisher = webhookPublisher(defer, receiver.url, {
         lookupUrl: receiver.lookupUrl,
-        timeoutMs: 2_000,
+        timeoutMs,
         ledger,
         policy: 'hold',
       });
       const doc = publication();
       await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+      if (lost === 'request') {
+        // The lookup's 404 is not believed while the lost POST may still reach the receiver or be processed.
+        await assert.rejects(
+          publisher.publish(doc, 'run-1:publish', NO_ABORT),
+          retryable(FailureType.DeliveryHeld),
+        );
+        assert.equal(receiver.posts(), 1, 'sent again on a 404 while the first POST may still land');
+        await sleep(deliveryOf(doc, 'run-1:publish', timeoutMs).inFlightMs + 200);
+      }
       const receipt = await publisher.publish(doc, 'run-1:publish', NO_ABORT);
       assert.deepEqual(receiver.effects, ['run-1:publish']);
       assert.equal(

@@ -25,6 +25,7 @@ import type { Publication, Receipt } from '../src/publisher/types';
 import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { cleanupAfterAll, scratchDir } from './scratch';
 import { freshSchema } from './postgres';
+import { openClaimOf } from './helpers';
 
 const defer = cleanupAfterAll();
 /** A receiver's origin, as the webhook publisher records it. */
@@ -415,8 +416,8 @@ function storeContract(backend: Backend): void {
       it('lets the first claimer POST and shows later ones its open claim', async () => {
         const d = delivery();
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-1'), { kind: 'fresh' });
-        const { updatedAt, ...entry } = openEntry(await stores.ledger.claim(d, 'attempt-2'));
-        const { idempotencyKey, workflowId, documentId } = d;
+        const { updatedAt, ageMs, ...entry } = openEntry(await stores.ledger.claim(d, 'attempt-2'));
+        const { idempotencyKey, workflowId, documentId, version } = d;
         assert.deepEqual(entry, {
           idempotencyKey,
           workflowId,
@@ -425,7 +426,9 @@ function storeContract(backend: Backend): void {
           owner: 'attempt-1',
           attempts: 1,
           lastError: null,
+          version,
         });
+        assert.ok(ageMs >= 0 && ageMs < 60_000, `ageMs is ${ageMs}`);
         assert.ok(
           Math.abs(updatedAt.getTime() - Date.now()) < 60_000,
           `updatedAt is ${updatedAt.toISOString()}`,
@@ -435,14 +438,14 @@ function storeContract(backend: Backend): void {
       it('answers from the receipt once delivered', async () => {
         const d = delivery();
         await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(d.idempotencyKey, receipt, undefined);
+        await stores.ledger.delivered(d.idempotencyKey, 'attempt-1', receipt, undefined);
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-2'), { kind: 'delivered', receipt });
       });
 
       it('lets the next claim POST again after an attempt provably did not land, counting attempts', async () => {
         const d = delivery();
         await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.unsent(d.idempotencyKey, 'connection refused');
+        await stores.ledger.unsent(d.idempotencyKey, 'attempt-1', 'connection refused');
         assert.deepEqual(await stores.ledger.claim(d, 'attempt-2'), { kind: 'fresh' });
         const entry = openEntry(await stores.ledger.claim(d, 'attempt-3'));
         assert.deepEqual([entry.owner, entry.attempts], ['attempt-2', 2]);
@@ -451,7 +454,9 @@ function storeContract(backend: Backend): void {
       it('lets an open claim be taken over, counting the attempt', async () => {
         const d = delivery();
         await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.retake(d.idempotencyKey, 'attempt-2');
+        const seen = openEntry(await stores.ledger.claim(d, 'attempt-2'));
+        assert.equal(await stores.ledger.retake(seen, 'attempt-2'), true);
+        assert.equal(await stores.ledger.retake(seen, 'attempt-stale'), false, 'a stale view took it over');
         const entry = openEntry(await stores.ledger.claim(d, 'attempt-3'));
         assert.deepEqual([entry.owner, entry.attempts], ['attempt-2', 2]);
       });
@@ -459,8 +464,8 @@ function storeContract(backend: Backend): void {
       it('lists the claims nobody recorded an answer for, and only those', async () => {
         const [open, delivered, unsent] = [delivery(), delivery(), delivery()];
         for (const d of [open, delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, RECEIVER);
-        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
+        await stores.ledger.delivered(delivered.idempotencyKey, 'attempt-1', receipt, RECEIVER);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'attempt-1', 'HTTP 503');
         const claims = await stores.ledger.openClaims();
         assert.deepEqual(
           claims.map((entry) => entry.idempotencyKey),
@@ -471,8 +476,16 @@ function storeContract(backend: Backend): void {
       it("settles an open claim by an operator's verdict", async () => {
         const [lost, landed] = [delivery(), delivery()];
         for (const d of [lost, landed]) await stores.ledger.claim(d, 'attempt-1');
-        assert.equal(await stores.ledger.resolve(lost.idempotencyKey, 'unsent'), true);
-        assert.equal(await stores.ledger.resolve(landed.idempotencyKey, { delivered: receipt }), true);
+        assert.equal(
+          await stores.ledger.resolve(await openClaimOf(stores.ledger, lost.idempotencyKey), 'unsent'),
+          true,
+        );
+        assert.equal(
+          await stores.ledger.resolve(await openClaimOf(stores.ledger, landed.idempotencyKey), {
+            delivered: receipt,
+          }),
+          true,
+        );
         assert.deepEqual(await stores.ledger.openClaims(), []);
         assert.deepEqual(await stores.ledger.claim(lost, 'attempt-2'), { kind: 'fresh' });
         assert.deepEqual(await stores.ledger.claim(landed, 'attempt-2'), { kind: 'delivered', receipt });
@@ -481,11 +494,16 @@ function storeContract(backend: Backend): void {
       it('refuses a verdict for a key without an open claim', async () => {
         const [delivered, unsent] = [delivery(), delivery()];
         for (const d of [delivered, unsent]) await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, undefined);
-        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
-        for (const key of [delivered.idempotencyKey, unsent.idempotencyKey, 'never-claimed']) {
-          assert.equal(await stores.ledger.resolve(key, 'unsent'), false, `resolved ${key}`);
-          assert.equal(await stores.ledger.resolve(key, { delivered: receipt }), false, `resolved ${key}`);
+        const seen = await Promise.all(
+          [delivered, unsent].map((d) => openClaimOf(stores.ledger, d.idempotencyKey)),
+        );
+        await stores.ledger.delivered(delivered.idempotencyKey, 'attempt-1', receipt, undefined);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'attempt-1', 'HTTP 503');
+        const never = { idempotencyKey: 'never-claimed', owner: 'attempt-1', attempts: 1 };
+        for (const claim of [...seen, never]) {
+          const key = claim.idempotencyKey;
+          assert.equal(await stores.ledger.resolve(claim, 'unsent'), false, `resolved ${key}`);
+          assert.equal(await stores.ledger.resolve(claim, { delivered: receipt }), false, `resolved ${key}`);
         }
         assert.deepEqual(await stores.ledger.claim(delivered, 'attempt-2'), { kind: 'delivered', receipt });
       });
@@ -494,10 +512,10 @@ function storeContract(backend: Backend): void {
         const [unechoed, echoed] = [delivery(), delivery()];
         assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), false);
         await stores.ledger.claim(unechoed, 'attempt-1');
-        await stores.ledger.delivered(unechoed.idempotencyKey, receipt, undefined);
+        await stores.ledger.delivered(unechoed.idempotencyKey, 'attempt-1', receipt, undefined);
         assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), false);
         await stores.ledger.claim(echoed, 'attempt-1');
-        await stores.ledger.delivered(echoed.idempotencyKey, receipt, RECEIVER);
+        await stores.ledger.delivered(echoed.idempotencyKey, 'attempt-1', receipt, RECEIVER);
         assert.equal(await stores.ledger.receiverHonoursKeys(RECEIVER), true);
         assert.equal(await stores.ledger.receiverHonoursKeys('https://another-receiver.example'), false);
       });
@@ -505,7 +523,7 @@ function storeContract(backend: Backend): void {
       it('keeps a claim open through an answer that proves nothing, with that answer noted', async () => {
         const d = delivery();
         await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.note(d.idempotencyKey, 'HTTP 504');
+        await stores.ledger.note(d.idempotencyKey, 'attempt-1', 'HTTP 504');
         const entry = openEntry(await stores.ledger.claim(d, 'attempt-2'));
         assert.deepEqual([entry.state, entry.lastError], ['claimed', 'HTTP 504']);
       });
@@ -530,7 +548,7 @@ function storeContract(backend: Backend): void {
           version: 'sha256:other',
         };
         assert.deepEqual(await stores.ledger.claim(otherVersion, 'run-3-attempt'), { kind: 'fresh' });
-        await stores.ledger.resolve(first.idempotencyKey, 'unsent');
+        await stores.ledger.resolve(await openClaimOf(stores.ledger, first.idempotencyKey), 'unsent');
         assert.deepEqual(await stores.ledger.claim(again, 'run-2-attempt'), { kind: 'fresh' });
       });
 
@@ -540,7 +558,7 @@ function storeContract(backend: Backend): void {
         const again = { ...first, idempotencyKey: `${first.workflowId}/run-2:publish`, inFlightMs: 60_000 };
         assert.deepEqual(await stores.ledger.claim(again, 'run-2-attempt'), { kind: 'fresh' });
         const third = { ...first, idempotencyKey: `${first.workflowId}/run-3:publish`, inFlightMs: 60_000 };
-        await stores.ledger.note(first.idempotencyKey, 'no answer within 15000 ms');
+        await stores.ledger.note(first.idempotencyKey, 'run-1-attempt', 'no answer within 15000 ms');
         assert.equal(
           openEntry(await stores.ledger.claim(third, 'run-3-attempt')).idempotencyKey,
           first.idempotencyKey,
@@ -552,7 +570,7 @@ function storeContract(backend: Backend): void {
         const later = { ...d, idempotencyKey: `${d.workflowId}/run-2:publish` };
         await stores.ledger.claim(d, 'run-1-attempt');
         openEntry(await stores.ledger.claim(later, 'run-2-attempt'));
-        await stores.ledger.delivered(later.idempotencyKey, receipt, undefined);
+        await stores.ledger.deliveredAs(later.idempotencyKey, receipt);
         assert.deepEqual(await stores.ledger.claim(later, 'run-2-retry'), { kind: 'delivered', receipt });
       });
 
@@ -565,9 +583,9 @@ function storeContract(backend: Backend): void {
         ];
         for (const d of [stillOpen, delivered, unsent, ofOpenWorkflow])
           await stores.ledger.claim(d, 'attempt-1');
-        await stores.ledger.delivered(delivered.idempotencyKey, receipt, undefined);
-        await stores.ledger.unsent(unsent.idempotencyKey, 'HTTP 503');
-        await stores.ledger.delivered(ofOpenWorkflow.idempotencyKey, receipt, undefined);
+        await stores.ledger.delivered(delivered.idempotencyKey, 'attempt-1', receipt, undefined);
+        await stores.ledger.unsent(unsent.idempotencyKey, 'attempt-1', 'HTTP 503');
+        await stores.ledger.delivered(ofOpenWorkflow.idempotencyKey, 'attempt-1', receipt, undefined);
         const open = new Set([ofOpenWorkflow.workflowId]);
         assert.equal(await stores.ledger.sweep(nothingOld(), open), 0, 'a recent delivery was swept');
         assert.equal(await stores.ledger.sweep(everythingOld(), open), 2);

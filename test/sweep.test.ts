@@ -134,6 +134,7 @@ async function seedRun(stores: Stores, kind: 'open' | 'closed'): Promise<SeededR
   );
   await stores.ledger.delivered(
     settledKey,
+    'seed',
     { documentId, revision: 1, duplicate: false },
     'http://127.0.0.1:1',
   );

@@ -195,10 +195,15 @@ describe('the webhook publisher, checked by the reference verifier', () => {
 
   it('signs its lookup GET as Standard Webhooks over an empty body, which the reference verifies', async () => {
     const secret = newSecret();
-    // The POST's answer is lost after the effect; the lookup then says the receiver has it.
+    // The POST's answer is lost after the effect; the lookup then says the receiver has it, naming the key and
+    // the version (docs/deploy.md, the lookup by key).
+    const doc = publication();
     const receiver = await tap((seen, res) => {
       if (seen.method === 'POST') res.socket?.destroy();
-      else res.writeHead(200, { 'content-type': 'application/json' }).end('{"revision":1}');
+      else
+        res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ idempotencyKey: 'run-1:publish', revision: 1, textRef: doc.textRef }));
     });
     const publisher = webhookPublisher(defer, `${receiver.origin}/publications`, {
       secret,
@@ -206,7 +211,6 @@ describe('the webhook publisher, checked by the reference verifier', () => {
       policy: 'hold',
       timeoutMs: 5_000,
     });
-    const doc = publication();
 
     await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
     const receipt = await publisher.publish(doc, 'run-1:publish', NO_ABORT);

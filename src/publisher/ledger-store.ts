@@ -1,9 +1,10 @@
 import { sql } from 'kysely';
 import { openSqlite } from '../store/sql-sqlite';
+import { clockMs } from '../store/clock';
 import { forUpdate, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { claimFromRow, ENTRY_COLUMNS, ledgerEntry } from './ledger';
-import type { Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
+import type { ClaimSeen, Delivery, DeliveryLedger, LedgerClaim, LedgerEntry } from './ledger';
 import type { Receipt } from './types';
 
 /** The columns of an entry, for the claim's templates. */
@@ -27,25 +28,33 @@ export class SqlDeliveryLedger implements DeliveryLedger {
       const found = await tx.first(
         sql`SELECT ${ENTRY} FROM delivery_ledger WHERE idempotency_key = ${key}${forUpdate(tx)}`,
       );
-      const claim = claimFromRow(found, owner);
+      const nowMs = await clockMs(tx);
+      const claim = claimFromRow(found, owner, nowMs);
       if (claim !== 'take') return claim;
+      // An earlier run's open claim on this same version is this delivery's too, unless it is still its own
+      // attempt's to settle (its POST may be under way), or a newer version of the document was claimed or
+      // delivered after it: then the file moved on (an edit, then a revert), and what was sent then is not what
+      // the receiver shows now.
       const earlier = await tx.first(
-        sql`SELECT ${ENTRY} FROM delivery_ledger WHERE document_id = ${documentId} AND text_ref = ${version}
+        sql`SELECT ${ENTRY} FROM delivery_ledger AS open WHERE document_id = ${documentId} AND text_ref = ${version}
           AND state = 'claimed' AND idempotency_key <> ${key}
           AND (last_error IS NOT NULL OR updated_at <= ${tx.ago(delivery.inFlightMs)})
+          AND NOT EXISTS (SELECT 1 FROM delivery_ledger AS newer WHERE newer.document_id = ${documentId}
+            AND newer.text_ref <> ${version} AND newer.state IN ('claimed', 'delivered')
+            AND newer.created_at > open.created_at)
           ORDER BY updated_at LIMIT 1`,
       );
-      if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier) };
+      if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier, nowMs) };
       await tx.run(
         sql`UPDATE delivery_ledger SET state = 'claimed', owner = ${owner}, text_ref = ${version},
-          attempts = attempts + 1, updated_at = ${now} WHERE idempotency_key = ${key}`,
+          attempts = attempts + 1, last_error = NULL, updated_at = ${now} WHERE idempotency_key = ${key}`,
       );
       return { kind: 'fresh' };
     });
   }
 
-  async retake(idempotencyKey: string, owner: string): Promise<void> {
-    await this.db.run(
+  async retake(seen: ClaimSeen, owner: string): Promise<boolean> {
+    const changed = await this.db.run(
       this.db.build
         .updateTable('delivery_ledger')
         .set((eb) => ({
@@ -54,12 +63,20 @@ export class SqlDeliveryLedger implements DeliveryLedger {
           last_error: null,
           updated_at: this.db.now(),
         }))
-        .where('idempotency_key', '=', idempotencyKey)
-        .where('state', '=', 'claimed'),
+        .where('idempotency_key', '=', seen.idempotencyKey)
+        .where('state', '=', 'claimed')
+        .where('owner', seen.owner === null ? 'is' : '=', seen.owner)
+        .where('attempts', '=', seen.attempts),
     );
+    return changed === 1;
   }
 
-  async delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void> {
+  async delivered(
+    idempotencyKey: string,
+    owner: string,
+    receipt: Receipt,
+    echoedBy: string | undefined,
+  ): Promise<void> {
     await this.db.run(
       this.db.build
         .updateTable('delivery_ledger')
@@ -71,31 +88,46 @@ export class SqlDeliveryLedger implements DeliveryLedger {
           last_error: null,
           updated_at: this.db.now(),
         })
-        .where('idempotency_key', '=', idempotencyKey),
+        .where('idempotency_key', '=', idempotencyKey)
+        .where('state', '=', 'claimed')
+        .where('owner', '=', owner),
     );
   }
 
-  async note(idempotencyKey: string, error: string): Promise<void> {
+  async deliveredAs(idempotencyKey: string, receipt: Receipt): Promise<void> {
+    await this.db.run(
+      this.db.build
+        .updateTable('delivery_ledger')
+        .set({ state: 'delivered', receipt: JSON.stringify(receipt), updated_at: this.db.now() })
+        .where('idempotency_key', '=', idempotencyKey)
+        .where('state', '<>', 'delivered'),
+    );
+  }
+
+  async note(idempotencyKey: string, owner: string, error: string): Promise<void> {
     await this.db.run(
       this.db.build
         .updateTable('delivery_ledger')
         .set({ last_error: error, updated_at: this.db.now() })
         .where('idempotency_key', '=', idempotencyKey)
-        .where('state', '=', 'claimed'),
+        .where('state', '=', 'claimed')
+        .where('owner', '=', owner),
     );
   }
 
-  async unsent(idempotencyKey: string, error: string): Promise<void> {
+  async unsent(idempotencyKey: string, owner: string, error: string): Promise<void> {
     await this.db.run(
       this.db.build
         .updateTable('delivery_ledger')
         .set({ state: 'unsent', last_error: error, updated_at: this.db.now() })
         .where('idempotency_key', '=', idempotencyKey)
-        .where('state', '=', 'claimed'),
+        .where('state', '=', 'claimed')
+        .where('owner', '=', owner),
     );
   }
 
   async openClaims(): Promise<LedgerEntry[]> {
+    const nowMs = await clockMs(this.db);
     const rows = await this.db.rows(
       this.db.build
         .selectFrom('delivery_ledger')
@@ -103,26 +135,38 @@ export class SqlDeliveryLedger implements DeliveryLedger {
         .where('state', '=', 'claimed')
         .orderBy('updated_at'),
     );
-    return rows.map(ledgerEntry);
+    return rows.map((row) => ledgerEntry(row, nowMs));
   }
 
-  async resolve(idempotencyKey: string, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean> {
-    const changed = await this.db.run(
-      this.db.build
-        .updateTable('delivery_ledger')
-        .set(
-          verdict === 'unsent'
-            ? {
-                state: 'unsent',
-                last_error: 'resolved by an operator: not delivered',
-                updated_at: this.db.now(),
-              }
-            : { state: 'delivered', receipt: JSON.stringify(verdict.delivered), updated_at: this.db.now() },
-        )
-        .where('idempotency_key', '=', idempotencyKey)
-        .where('state', '=', 'claimed'),
-    );
-    return changed === 1;
+  async resolve(seen: ClaimSeen, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      const key = seen.idempotencyKey;
+      const changed = await tx.run(
+        tx.build
+          .updateTable('delivery_ledger')
+          .set(
+            verdict === 'unsent'
+              ? { state: 'unsent', last_error: 'resolved: not delivered', updated_at: tx.now() }
+              : { state: 'delivered', receipt: JSON.stringify(verdict.delivered), updated_at: tx.now() },
+          )
+          .where('idempotency_key', '=', key)
+          .where('state', '=', 'claimed')
+          .where('owner', seen.owner === null ? 'is' : '=', seen.owner)
+          .where('attempts', '=', seen.attempts),
+      );
+      if (changed !== 1) return false;
+      if (verdict !== 'unsent') {
+        // The later runs held on this claim (the same version, never sent under their own keys) are delivered by
+        // it too: settled with it, so none of them sends the version again under its own key.
+        await tx.run(
+          sql`UPDATE delivery_ledger SET state = 'delivered', receipt = ${JSON.stringify(verdict.delivered)},
+            updated_at = ${tx.now()} WHERE state = 'unsent' AND attempts = 0 AND idempotency_key <> ${key}
+            AND (document_id, text_ref) = (SELECT document_id, text_ref FROM delivery_ledger
+              WHERE idempotency_key = ${key})`,
+        );
+      }
+      return true;
+    });
   }
 
   async receiverHonoursKeys(origin: string): Promise<boolean> {

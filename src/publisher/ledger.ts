@@ -14,6 +14,20 @@ export interface LedgerEntry {
   attempts: number;
   lastError: string | null;
   updatedAt: Date;
+  /** The document version it publishes; null for claims from before versions were recorded (migration 3). */
+  version: string | null;
+  /**
+   * How long ago it was last claimed, sent or noted, by the store's clock (read with the entry): what "may its
+   * POST still be under way" is judged by, never a worker's or an operator's own clock.
+   */
+  ageMs: number;
+}
+
+/** Whose claim a transition acts on: the key, and the claim as it was seen (its owner and attempt). */
+export interface ClaimSeen {
+  idempotencyKey: string;
+  owner: string | null;
+  attempts: number;
 }
 
 export type LedgerClaim =
@@ -57,21 +71,39 @@ export const ReceiptRecordSchema = z.object({
  */
 export interface DeliveryLedger {
   claim(delivery: Delivery, owner: string): Promise<LedgerClaim>;
-  /** Takes an open claim over, to POST again (the receiver dedupes, or an operator said it never arrived). */
-  retake(idempotencyKey: string, owner: string): Promise<void>;
   /**
-   * Records the receiver's receipt and, when it echoed the key (a receiver that honours keys does), the origin
-   * that did: what a receiver has shown belongs to that receiver.
+   * Takes an open claim over, to POST again (the receiver dedupes, or an operator said it never arrived), if it is
+   * still the claim that was seen: false when it moved on meanwhile (another attempt took it, or it settled).
    */
-  delivered(idempotencyKey: string, receipt: Receipt, echoedBy: string | undefined): Promise<void>;
-  /** Records an answer that proved nothing (a 5xx, a 429) on a claim that stays open, for the operator to see. */
-  note(idempotencyKey: string, error: string): Promise<void>;
-  /** Records that the attempt provably did not land (the receiver refused the connection or answered an error). */
-  unsent(idempotencyKey: string, error: string): Promise<void>;
+  retake(seen: ClaimSeen, owner: string): Promise<boolean>;
+  /**
+   * Records the receiver's receipt for `owner`'s claim and, when it echoed the key (a receiver that honours keys
+   * does), the origin that did: what a receiver has shown belongs to that receiver. A claim that moved on to
+   * another owner is left alone (a stalled attempt's late answer).
+   */
+  delivered(
+    idempotencyKey: string,
+    owner: string,
+    receipt: Receipt,
+    echoedBy: string | undefined,
+  ): Promise<void>;
+  /**
+   * Records that this run's own delivery is the one an earlier run's claim delivered (the same document version):
+   * its row settles with that receipt, and nothing is sent under its key.
+   */
+  deliveredAs(idempotencyKey: string, receipt: Receipt): Promise<void>;
+  /** Records an answer that proved nothing (a 5xx, a 429, a redirect) on `owner`'s claim, which stays open. */
+  note(idempotencyKey: string, owner: string, error: string): Promise<void>;
+  /** Records that `owner`'s attempt provably did not land (the connection was refused, or a 4xx refusal). */
+  unsent(idempotencyKey: string, owner: string, error: string): Promise<void>;
   /** Claims left open: deliveries nobody knows the fate of, for an operator to reconcile. */
   openClaims(): Promise<LedgerEntry[]>;
-  /** An operator's verdict on an open claim after checking the receiver; false when the key has no open claim. */
-  resolve(idempotencyKey: string, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean>;
+  /**
+   * A verdict on an open claim (an operator's after checking the receiver, or the receiver's lookup), if it is
+   * still the claim that was seen. A "delivered" verdict settles with it the rows of later runs that were held on
+   * it (the same document version, never sent themselves). False when the claim moved on or settled meanwhile.
+   */
+  resolve(seen: ClaimSeen, verdict: { delivered: Receipt } | 'unsent'): Promise<boolean>;
   /**
    * True once the receiver at `origin` has echoed an Idempotency-Key: it dedupes, so re-sending an open claim to
    * it is safe. Another receiver's echo says nothing about this one.
@@ -92,6 +124,7 @@ const RowSchema = z.object({
   receipt: z.unknown(),
   last_error: z.string().nullable(),
   updated_at: z.union([z.number(), z.date()]),
+  text_ref: z.string().nullable(),
 });
 type Row = z.infer<typeof RowSchema>;
 
@@ -106,11 +139,13 @@ export const ENTRY_COLUMNS = [
   'receipt',
   'last_error',
   'updated_at',
+  'text_ref',
 ] as const;
 
-/** A ledger row as an entry; both backends store the same columns. */
-export function ledgerEntry(row: unknown): LedgerEntry {
+/** A ledger row as an entry, read when the store's clock said `nowMs`; both backends store the same columns. */
+export function ledgerEntry(row: unknown, nowMs: number): LedgerEntry {
   const r = RowSchema.parse(row);
+  const updatedAt = r.updated_at instanceof Date ? r.updated_at : new Date(r.updated_at);
   return {
     idempotencyKey: r.idempotency_key,
     workflowId: r.workflow_id,
@@ -119,7 +154,9 @@ export function ledgerEntry(row: unknown): LedgerEntry {
     owner: r.owner,
     attempts: r.attempts,
     lastError: r.last_error,
-    updatedAt: r.updated_at instanceof Date ? r.updated_at : new Date(r.updated_at),
+    updatedAt,
+    version: r.text_ref,
+    ageMs: Math.max(0, nowMs - updatedAt.getTime()),
   };
 }
 
@@ -127,7 +164,7 @@ export function ledgerEntry(row: unknown): LedgerEntry {
  * What a claim finds, from the row the key has (if any); both backends decide here. A row claimed by `owner`
  * itself is this attempt's own claim, whose COMMIT went unanswered and was repeated: nothing was sent under it.
  */
-export function claimFromRow(row: unknown, owner: string): LedgerClaim | 'take' {
+export function claimFromRow(row: unknown, owner: string, nowMs: number): LedgerClaim | 'take' {
   if (row === undefined) return 'take';
   const r: Row = RowSchema.parse(row);
   if (r.state === 'delivered') {
@@ -135,5 +172,5 @@ export function claimFromRow(row: unknown, owner: string): LedgerClaim | 'take' 
     return { kind: 'delivered', receipt: ReceiptRecordSchema.parse(receipt) };
   }
   if (r.state === 'unsent' || r.owner === owner) return 'take';
-  return { kind: 'open', entry: ledgerEntry(row) };
+  return { kind: 'open', entry: ledgerEntry(row, nowMs) };
 }

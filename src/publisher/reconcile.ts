@@ -10,15 +10,14 @@ const IN_FLIGHT_GRACE_MS = 5_000;
 export interface ReconcileOptions {
   /** PUBLISH_REQUEST_TIMEOUT_MS: a claim younger than this (and the grace) may still have its POST under way. */
   requestTimeoutMs: number;
-  now?: number;
 }
 
-/** True while the claim's POST may still be under way: it was claimed (or sent again) within the request timeout. */
-export function mayBeInFlight(
-  entry: LedgerEntry,
-  { requestTimeoutMs, now = Date.now() }: ReconcileOptions,
-): boolean {
-  return now - entry.updatedAt.getTime() < requestTimeoutMs + IN_FLIGHT_GRACE_MS;
+/**
+ * True while the claim's POST may still be under way: it was claimed, sent again or answered within the request
+ * timeout and a grace, by the store's clock (the operator's own may be off).
+ */
+export function mayBeInFlight(entry: LedgerEntry, { requestTimeoutMs }: ReconcileOptions): boolean {
+  return entry.ageMs < requestTimeoutMs + IN_FLIGHT_GRACE_MS;
 }
 
 /** The lines `npm run deliveries` prints for the open claims. */
@@ -61,13 +60,13 @@ export async function resolveDelivery(
     return {
       ok: false,
       message:
-        `${key} was sent ${Math.round(((options.now ?? Date.now()) - open.updatedAt.getTime()) / 1000)} s ago and ` +
+        `${key} was sent ${Math.round(open.ageMs / 1000)} s ago and ` +
         `its POST may still be under way (PUBLISH_REQUEST_TIMEOUT_MS is ${options.requestTimeoutMs}): wait until ` +
         'it has had its answer or timed out, check the receiver, then resolve it.',
     };
   }
   const done = await ledger.resolve(
-    key,
+    open,
     verdict.kind === 'unsent'
       ? 'unsent'
       : { delivered: { documentId: open.documentId, revision: verdict.revision, duplicate: true } },
@@ -75,7 +74,9 @@ export async function resolveDelivery(
   if (!done)
     return {
       ok: false,
-      message: `${key}: nothing resolved; the delivery was settled meanwhile (by a retry or another operator).`,
+      message:
+        `${key}: nothing resolved; the delivery moved on meanwhile (settled by a retry, the lookup or another ` +
+        'operator, or taken by a new attempt): `npm run deliveries` shows where it stands.',
     };
   return {
     ok: true,
@@ -83,6 +84,7 @@ export async function resolveDelivery(
     message:
       verdict.kind === 'unsent'
         ? `${key}: marked not delivered; the held publish step sends it on its next try.`
-        : `${key}: marked delivered (revision ${verdict.revision}); the held publish step completes on its next try.`,
+        : `${key}: marked delivered (revision ${verdict.revision}), and the later runs held on it with it; the held ` +
+          'publish steps complete on their next try.',
   };
 }

@@ -21,6 +21,22 @@ const ReceiptBodySchema = z
 /** How long past its request timeout a POST may still be under way (a slow network, a busy worker). */
 const IN_FLIGHT_GRACE_MS = 5_000;
 
+/** Claims of one publish call: a claim that moved on while it was looked at is claimed again, this often at most. */
+const MAX_ROUNDS = 3;
+
+/**
+ * What a lookup must answer to count (docs/recovery.md): the key asked for, and for a delivery the version
+ * (textRef) it delivered. Anything else proves nothing.
+ */
+const LookupBodySchema = z
+  .object({
+    idempotencyKey: z.string(),
+    found: z.boolean().optional(),
+    revision: z.number().int().min(1).optional(),
+    textRef: z.string().optional(),
+  })
+  .loose();
+
 /** How long a held delivery waits before it looks at the ledger again (an operator may have resolved it). */
 const HELD_RETRY_MS = 30_000;
 
@@ -66,32 +82,41 @@ export class WebhookPublisher implements Publisher {
     const { ledger } = this.options;
     const owner = claimantName();
     const delivery = deliveryOf(publication, idempotencyKey, this.options.timeoutMs);
-    // Twice at most: a lookup that finds an open claim never arrived settles it, and the claim is made again.
+    // A few rounds at most: a verdict that settles an open claim, or a claim that moved on while it was looked up,
+    // sends it back to the ledger to claim again.
     for (let round = 1; ; round++) {
       const claim = await ledger.claim(delivery, owner);
-      if (claim.kind === 'fresh') return this.post(publication, idempotencyKey, signal);
+      if (claim.kind === 'fresh') return this.post(publication, idempotencyKey, owner, signal);
       if (claim.kind === 'delivered') return { ...claim.receipt, duplicate: true };
       // An open claim: this key's earlier attempt, or an earlier run's delivery of this same version.
-      const open = claim.entry.idempotencyKey;
-      const found = await this.lookUp(open, publication.documentId, signal);
+      const seen = claim.entry;
+      const open = seen.idempotencyKey;
+      const found = await this.lookUp(open, publication, signal);
       if (found !== undefined && found !== 'absent') {
-        await ledger.resolve(open, { delivered: found });
-        if (open !== idempotencyKey) await ledger.delivered(idempotencyKey, found, undefined);
-        return { ...found, duplicate: true };
+        // The lookup named this key and this version: delivered. Settled only if the claim is still the one seen.
+        if (await ledger.resolve(seen, { delivered: found })) {
+          if (open !== idempotencyKey) await ledger.deliveredAs(idempotencyKey, found);
+          return { ...found, duplicate: true };
+        }
+        if (round < MAX_ROUNDS) continue;
       }
-      // "Not there" is believed only of a POST that cannot still be on its way (a stalled attempt's may be).
-      const over =
-        claim.entry.lastError !== null || Date.now() - claim.entry.updatedAt.getTime() >= delivery.inFlightMs;
-      if (found === 'absent' && over && round === 1) {
-        await ledger.resolve(open, 'unsent');
+      // "Not there" is believed only of a POST that cannot still be on its way or still be processed: its last
+      // send (or answer) is older, by the store's clock, than the request timeout and a grace. A timeout or a
+      // gateway's 504 ends the attempt, not the origin's work on the request.
+      const over = seen.ageMs >= delivery.inFlightMs;
+      if (found === 'absent' && over && round < MAX_ROUNDS) {
+        await ledger.resolve(seen, 'unsent');
         continue;
       }
       if (!(await this.resendOpenClaims())) throw this.held(publication, open, idempotencyKey);
-      await ledger.retake(open, owner);
-      if (open === idempotencyKey) return this.post(publication, idempotencyKey, signal);
+      if (!(await ledger.retake(seen, owner))) {
+        if (round < MAX_ROUNDS) continue;
+        throw this.held(publication, open, idempotencyKey);
+      }
+      if (open === idempotencyKey) return this.post(publication, idempotencyKey, owner, signal);
       // Sent again under the earlier run's key: a receiver that dedupes answers it instead of publishing twice.
-      const receipt = await this.post(publication, open, signal);
-      await ledger.delivered(idempotencyKey, receipt, undefined);
+      const receipt = await this.post(publication, open, owner, signal);
+      await ledger.deliveredAs(idempotencyKey, receipt);
       return receipt;
     }
   }
@@ -117,12 +142,14 @@ export class WebhookPublisher implements Publisher {
   }
 
   /**
-   * Asks the receiver whether a delivery under `key` took effect (PUBLISH_WEBHOOK_LOOKUP_URL): its receipt, 'absent'
-   * when it answers 404, undefined when there is no lookup or it answered nothing usable (then the policy decides).
+   * Asks the receiver whether a delivery under `key` took effect (PUBLISH_WEBHOOK_LOOKUP_URL, docs/recovery.md):
+   * its receipt when it answers 200 naming this key and this version; 'absent' when it answers 404 naming this key
+   * (`"found": false`); undefined for anything else (no lookup, an answer that names another key or none, a 404
+   * of a route that does not exist, an HTML page, a redirect, a timeout): then the policy decides.
    */
   private async lookUp(
     key: string,
-    documentId: string,
+    publication: Publication,
     signal: AbortSignal,
   ): Promise<Receipt | 'absent' | undefined> {
     const template = this.options.lookupUrl;
@@ -134,10 +161,13 @@ export class WebhookPublisher implements Publisher {
         timeoutMs: this.options.timeoutMs,
         signal,
       });
-      if (answer.status === 404) return 'absent';
-      if (answer.status < 200 || answer.status >= 300) return undefined;
-      const body = ReceiptBodySchema.safeParse(safeJson(answer.body));
-      return { documentId, revision: body.success ? (body.data.revision ?? 1) : 1, duplicate: true };
+      const body = LookupBodySchema.safeParse(safeJson(answer.body));
+      if (!body.success || body.data.idempotencyKey !== key) return undefined;
+      if (answer.status === 404) return body.data.found === false ? 'absent' : undefined;
+      if (answer.status !== 200 || body.data.found === false) return undefined;
+      // Delivered only as this version: the key's delivery of another text is not this publication.
+      if (body.data.textRef !== publication.textRef) return undefined;
+      return { documentId: publication.documentId, revision: body.data.revision ?? 1, duplicate: true };
     } catch (err) {
       if (signal.aborted) throw err;
       return undefined;
@@ -153,6 +183,7 @@ export class WebhookPublisher implements Publisher {
   private async post(
     publication: Publication,
     idempotencyKey: string,
+    owner: string,
     signal: AbortSignal,
   ): Promise<Receipt> {
     const { ledger } = this.options;
@@ -183,9 +214,9 @@ export class WebhookPublisher implements Publisher {
     } catch (err) {
       // Refused before anything was sent: provably not delivered. A timeout or reset leaves the claim open, noted as
       // ended unanswered (a later run of the same version then takes it as its own to settle).
-      if (failedBeforeSending(err)) await ledger.unsent(idempotencyKey, err.message);
+      if (failedBeforeSending(err)) await ledger.unsent(idempotencyKey, owner, err.message);
       else if (!signal.aborted)
-        await ledger.note(idempotencyKey, err instanceof Error ? err.message : String(err));
+        await ledger.note(idempotencyKey, owner, err instanceof Error ? err.message : String(err));
       throw err;
     }
     if (answer.status >= 200 && answer.status < 300) {
@@ -200,29 +231,32 @@ export class WebhookPublisher implements Publisher {
       const echoed =
         answer.headers.get('idempotency-key') === idempotencyKey ||
         (body.success && body.data.idempotencyKey === idempotencyKey);
-      await ledger.delivered(idempotencyKey, receipt, echoed ? this.origin : undefined);
+      await ledger.delivered(idempotencyKey, owner, receipt, echoed ? this.origin : undefined);
       return { ...receipt, receiverHonoursKey: echoed };
     }
     if (answer.status >= 300 && answer.status < 400) {
-      // Nothing was published here, and following would be worse: a configuration to fix, not a fault to retry.
-      await ledger.unsent(idempotencyKey, `HTTP ${answer.status} redirect`);
+      // Never followed with the signed body; and never proof that nothing was applied: a receiver may apply the
+      // POST and then redirect (POST-redirect-GET's 303). The claim stays open for the lookup or an operator.
+      await ledger.note(idempotencyKey, owner, `HTTP ${answer.status} redirect`);
       throw ApplicationFailure.create({
         type: FailureType.PublishRejected,
         nonRetryable: true,
         message:
           `${what} answered HTTP ${answer.status}, redirecting to ${shownLocation(answer.headers.get('location'))}; ` +
           'a webhook is never followed to another address with its signed body: set PUBLISH_WEBHOOK_URL to the ' +
-          'address that takes the POST itself, then submit the document again',
+          'address that takes the POST itself. The receiver may have applied this POST before redirecting, so ' +
+          `its delivery (key ${idempotencyKey}) stays open: a resubmission asks PUBLISH_WEBHOOK_LOOKUP_URL or ` +
+          'waits for `npm run deliveries -- resolve`, and never sends it blindly again',
       });
     }
     if (!provesNotApplied(answer.status)) {
       // A 5xx (a gateway answering for an origin that may have applied the POST), 408, 409, 425 or 429 proves
       // nothing: the claim stays open, and the retry settles it by the open-delivery policy.
-      await ledger.note(idempotencyKey, `HTTP ${answer.status}`);
+      await ledger.note(idempotencyKey, owner, `HTTP ${answer.status}`);
       throw transientStatusFailure(answer, what, FailureType.TransientPublishError);
     }
     // Any other 4xx: the receiver refused the publication, so it is provably not delivered.
-    await ledger.unsent(idempotencyKey, `HTTP ${answer.status}`);
+    await ledger.unsent(idempotencyKey, owner, `HTTP ${answer.status}`);
     throw ApplicationFailure.create({
       type: FailureType.PublishRejected,
       nonRetryable: true,

@@ -1,0 +1,355 @@
+/**
+ * The delivery ledger's claims know whose they are, on both backends: a stale attempt's late answer never changes
+ * a claim that moved on, an operator's verdict settles every run held on the claim, a newer version supersedes an
+ * older one's open claim (an edit, then a revert, publishes what the file says now), lookups count only when they
+ * name the key and the version, and "may this POST still be under way" is read off the store's clock.
+ *
+ * The receiver is a local HTTP server that does not dedupe (every POST is an effect, as the hold policy and the
+ * lookup exist for), with a lookup by key in the documented shape (docs/deploy.md, the lookup by key), or one that
+ * answers every GET as a single-page app or a missing route would. The evidence is its own log of effects.
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { ApplicationFailure } from '@temporalio/common';
+import { FailureType } from '../src/contract';
+import type { DeliveryLedger } from '../src/publisher/ledger';
+import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
+import { resolveDelivery } from '../src/publisher/reconcile';
+import type { Publication } from '../src/publisher/types';
+import { deliveryOf } from '../src/publisher/webhook-publisher';
+import { openPostgres, postgresSql } from '../src/store/sql-postgres';
+import { closeServer, listenOnLoopback, openClaimOf, webhookPublisher } from './helpers';
+import { freshSchema } from './postgres';
+import { cleanupAfterAll, scratchDir } from './scratch';
+
+const defer = cleanupAfterAll();
+const NO_ABORT = new AbortController().signal;
+
+interface Backend {
+  name: string;
+  ledger(): Promise<DeliveryLedger>;
+}
+
+const BACKENDS: Backend[] = [
+  {
+    name: 'SQLite',
+    ledger() {
+      const ledger = new SqliteDeliveryLedger(path.join(scratchDir(defer, 'ledger-claims-'), 'ledger.db'));
+      defer(() => ledger.close());
+      return Promise.resolve(ledger);
+    },
+  },
+  {
+    name: 'PostgreSQL',
+    async ledger() {
+      const pool = await openPostgres(await freshSchema(defer));
+      defer(() => pool.end());
+      return new SqlDeliveryLedger(postgresSql(pool));
+    },
+  },
+];
+
+/** How the receiver's GET /publications/{key} answers. */
+type LookupMode =
+  /** The documented shape: 200 naming the key and the version it delivered, 404 naming the key. */
+  | 'keyed'
+  /** 200 with an HTML page to every GET, as a single-page app's fallback does. */
+  | 'spa'
+  /** 404 with a body that names no key to every GET, as a server without the route does. */
+  | 'no-route';
+
+interface Effect {
+  key: string;
+  textRef: string;
+  summary: string;
+}
+
+/**
+ * A receiver that does not dedupe: every POST that reaches it is an effect, logged. `loseAnswers` of the first
+ * POSTs have their answer lost after the effect (the connection is cut); `answerWith` answers the next POSTs with
+ * that status instead (after the effect, as a POST-redirect-GET does).
+ */
+async function receiver(mode: LookupMode = 'keyed') {
+  const effects: Effect[] = [];
+  let loseAnswers = 0;
+  let answerWith: number | undefined;
+  let gets = 0;
+  const server = http.createServer((req, res) => {
+    if (req.method === 'GET') {
+      req.resume();
+      gets += 1;
+      if (mode === 'spa')
+        return void res.writeHead(200, { 'content-type': 'text/html' }).end('<html></html>');
+      if (mode === 'no-route') return void res.writeHead(404).end(JSON.stringify({ error: 'not found' }));
+      const key = decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
+      const effect = effects.find((e) => e.key === key);
+      if (effect === undefined)
+        return void res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
+      return void res
+        .writeHead(200)
+        .end(
+          JSON.stringify({
+            idempotencyKey: key,
+            revision: effects.indexOf(effect) + 1,
+            textRef: effect.textRef,
+          }),
+        );
+    }
+    let body = '';
+    req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
+    req.on('end', () => {
+      const publication = JSON.parse(body) as Publication;
+      const key = String(req.headers['idempotency-key']);
+      effects.push({ key, textRef: publication.textRef, summary: publication.summary });
+      if (loseAnswers > 0) {
+        loseAnswers -= 1;
+        return void res.socket?.destroy();
+      }
+      if (answerWith !== undefined)
+        return void res.writeHead(answerWith, { location: '/publications/done' }).end();
+      res.writeHead(201).end(JSON.stringify({ revision: effects.length }));
+    });
+  });
+  const origin = await listenOnLoopback(server);
+  defer(() => closeServer(server));
+  return {
+    url: `${origin}/publications`,
+    lookupUrl: `${origin}/publications/{key}`,
+    effects,
+    gets: () => gets,
+    loseNext(count = 1) {
+      loseAnswers = count;
+    },
+    answerNextWith(status: number | undefined) {
+      answerWith = status;
+    },
+    /** What a reader of the receiver sees now: the last effect's version. */
+    current: () => effects.at(-1)?.textRef,
+  };
+}
+
+const version = (n: number): string => `sha256:${String(n).repeat(64)}`;
+
+function publication(documentId: string, textRef: string, summary = 'A summary.'): Publication {
+  return {
+    documentId,
+    title: 'A title',
+    textRef,
+    summary,
+    tags: ['checkpoints'],
+    model: { provider: 'offline', model: 'extractive-wink-nlp' },
+  };
+}
+
+const isFailure = (type: string) => (err: unknown) => {
+  assert.ok(err instanceof ApplicationFailure, String(err));
+  assert.equal(err.type, type, err.message);
+  return true;
+};
+
+for (const backend of BACKENDS) {
+  describe(`delivery claims that know whose they are (${backend.name})`, () => {
+    it("a stale attempt's late verdict, note or answer never changes the claim that replaced it (case 4)", async () => {
+      const ledger = await backend.ledger();
+      const d = deliveryOf(publication(`doc-${randomUUID()}`, version(1)), 'run-1:publish', 1_000);
+      await ledger.claim(d, 'stalled-attempt');
+      const seen = await openClaimOf(ledger, d.idempotencyKey);
+      // The attempt that replaced the stalled one took the claim over and is sending.
+      assert.equal(await ledger.retake(seen, 'replacing-attempt'), true);
+      // The stalled attempt's lookup comes back late with a 404, and its POST with a timeout, then an answer.
+      assert.equal(
+        await ledger.resolve(seen, 'unsent'),
+        false,
+        'a late 404 reset the claim that replaced it',
+      );
+      await ledger.note(d.idempotencyKey, 'stalled-attempt', 'no answer within 1000 ms');
+      await ledger.unsent(d.idempotencyKey, 'stalled-attempt', 'ECONNREFUSED');
+      await ledger.delivered(
+        d.idempotencyKey,
+        'stalled-attempt',
+        { documentId: d.documentId, revision: 1, duplicate: false },
+        undefined,
+      );
+      const now = await openClaimOf(ledger, d.idempotencyKey);
+      assert.deepEqual([now.owner, now.attempts, now.lastError], ['replacing-attempt', 2, null]);
+      assert.equal(await ledger.retake(seen, 'another'), false, 'a stale view took the claim over');
+    });
+
+    it("an operator's verdict settles every run held on the claim: the held run completes without a POST (case 1)", async () => {
+      const ledger = await backend.ledger();
+      const target = await receiver();
+      const doc = publication(`doc-${randomUUID()}`, version(1));
+      const publisher = webhookPublisher(defer, target.url, { ledger, policy: 'hold', timeoutMs: 200 });
+      target.loseNext();
+      await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+      // Run 2 of the same version (a resubmission) finds run 1's open claim once its POST cannot be under way.
+      await sleepPastInFlight(200);
+      await assert.rejects(
+        publisher.publish(doc, 'run-2:publish', NO_ABORT),
+        isFailure(FailureType.DeliveryHeld),
+      );
+      const verdict = await resolveDelivery(
+        ledger,
+        'run-1:publish',
+        { kind: 'delivered', revision: 1 },
+        { requestTimeoutMs: 200 },
+      );
+      assert.equal(verdict.ok, true, verdict.message);
+      const receipt = await publisher.publish(doc, 'run-2:publish', NO_ABORT);
+      assert.equal(receipt.duplicate, true);
+      assert.deepEqual(
+        target.effects.map((e) => e.key),
+        ['run-1:publish'],
+        'the held run sent the version again under its own key',
+      );
+      assert.deepEqual(await ledger.openClaims(), []);
+    });
+
+    it('an edit, then a revert, publishes what the file says now: the stale claim of the old version is not inherited (case 7)', async () => {
+      const ledger = await backend.ledger();
+      const target = await receiver();
+      const id = `doc-${randomUUID()}`;
+      const publisher = webhookPublisher(defer, target.url, {
+        ledger,
+        policy: 'hold',
+        timeoutMs: 200,
+        lookupUrl: target.lookupUrl,
+      });
+      // Version 1's answer is lost: its claim stays open (a lookup would say it landed).
+      target.loseNext();
+      await assert.rejects(publisher.publish(publication(id, version(1)), 'run-1:publish', NO_ABORT));
+      // Edited: version 2 goes out.
+      await publisher.publish(publication(id, version(2)), 'run-2:publish', NO_ABORT);
+      await sleepPastInFlight(200);
+      // Reverted: version 1 again, in run 3. The receiver shows version 2; run 3 must publish version 1.
+      const receipt = await publisher.publish(publication(id, version(1)), 'run-3:publish', NO_ABORT);
+      assert.equal(receipt.duplicate, false, 'run 3 reported the stale version-1 delivery as its own');
+      assert.equal(target.current(), version(1), "the receiver does not show the file's current version");
+      assert.deepEqual(
+        target.effects.map((e) => e.key),
+        ['run-1:publish', 'run-2:publish', 'run-3:publish'],
+      );
+    });
+
+    it('a lookup that answers 200 to everything (a single-page app) settles nothing: held, not reported published (case 8)', async () => {
+      const ledger = await backend.ledger();
+      const target = await receiver('spa');
+      const doc = publication(`doc-${randomUUID()}`, version(1));
+      const publisher = webhookPublisher(defer, target.url, {
+        ledger,
+        policy: 'hold',
+        timeoutMs: 200,
+        lookupUrl: target.lookupUrl,
+      });
+      // The POST never arrived (the connection is cut before the receiver reads it): no effect.
+      const refused = await cutBeforeEffect(target.url);
+      const lost = webhookPublisher(defer, refused, { ledger, policy: 'hold', timeoutMs: 200 });
+      await assert.rejects(lost.publish(doc, 'run-1:publish', NO_ABORT));
+      await sleepPastInFlight(200);
+      await assert.rejects(
+        publisher.publish(doc, 'run-1:publish', NO_ABORT),
+        isFailure(FailureType.DeliveryHeld),
+      );
+      assert.ok(target.gets() >= 1, 'the lookup was not asked');
+      assert.deepEqual(target.effects, []);
+      assert.equal((await openClaimOf(ledger, 'run-1:publish')).state, 'claimed');
+    });
+
+    it('a 404 from a lookup that names no key (no such route) is not taken for absence: an earlier delivery is not sent again (case 3)', async () => {
+      const ledger = await backend.ledger();
+      const target = await receiver('no-route');
+      const doc = publication(`doc-${randomUUID()}`, version(1));
+      const publisher = webhookPublisher(defer, target.url, {
+        ledger,
+        policy: 'hold',
+        timeoutMs: 200,
+        lookupUrl: target.lookupUrl,
+      });
+      target.loseNext();
+      await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
+      await sleepPastInFlight(200);
+      await assert.rejects(
+        publisher.publish(doc, 'run-2:publish', NO_ABORT),
+        isFailure(FailureType.DeliveryHeld),
+      );
+      assert.deepEqual(
+        target.effects.map((e) => e.key),
+        ['run-1:publish'],
+        'the delivered version was sent again',
+      );
+    });
+
+    it('a 303 after the receiver applied the POST leaves the claim open: a resubmission never POSTs it again (case 6)', async () => {
+      const ledger = await backend.ledger();
+      const target = await receiver();
+      const doc = publication(`doc-${randomUUID()}`, version(1));
+      const publisher = webhookPublisher(defer, target.url, { ledger, policy: 'hold', timeoutMs: 200 });
+      target.answerNextWith(303);
+      await assert.rejects(
+        publisher.publish(doc, 'run-1:publish', NO_ABORT),
+        isFailure(FailureType.PublishRejected),
+      );
+      target.answerNextWith(undefined);
+      await sleepPastInFlight(200);
+      // Resubmitted, as the failure says to once the address is fixed: held on the open claim, not sent.
+      await assert.rejects(
+        publisher.publish(doc, 'run-2:publish', NO_ABORT),
+        isFailure(FailureType.DeliveryHeld),
+      );
+      assert.deepEqual(
+        target.effects.map((e) => e.key),
+        ['run-1:publish'],
+      );
+    });
+  });
+}
+
+describe('delivery claims on a skewed clock (PostgreSQL)', () => {
+  it("judges a claim's age by the store's clock: a worker 60 s ahead does not take a fresh claim for an old one (case 5)", async () => {
+    const backend = BACKENDS.find((b) => b.name === 'PostgreSQL');
+    assert.ok(backend !== undefined);
+    const ledger = await backend.ledger();
+    const target = await receiver();
+    const doc = publication(`doc-${randomUUID()}`, version(1));
+    // A stalled attempt claimed the delivery a moment ago; its POST has not arrived (yet).
+    await ledger.claim(deliveryOf(doc, 'run-1:publish', 10_000), 'stalled-attempt');
+    const publisher = webhookPublisher(defer, target.url, {
+      ledger,
+      policy: 'hold',
+      timeoutMs: 10_000,
+      lookupUrl: target.lookupUrl,
+    });
+    const realNow = Date.now;
+    Date.now = () => realNow() + 60_000;
+    try {
+      await assert.rejects(
+        publisher.publish(doc, 'run-1:publish', NO_ABORT),
+        isFailure(FailureType.DeliveryHeld),
+      );
+    } finally {
+      Date.now = realNow;
+    }
+    assert.deepEqual(
+      target.effects,
+      [],
+      "sent under the stalled attempt's key while its POST may still land",
+    );
+  });
+});
+
+/** Waits until a claim sent with `timeoutMs` is past its POST's timeout and grace, by any clock. */
+async function sleepPastInFlight(timeoutMs: number): Promise<void> {
+  const { setTimeout: sleep } = await import('node:timers/promises');
+  await sleep(deliveryOf(publication('x', version(1)), 'x', timeoutMs).inFlightMs + 100);
+}
+
+/** A server that cuts every connection once the request's head is read: nothing reaches the receiver. */
+async function cutBeforeEffect(_receiverUrl: string): Promise<string> {
+  const server = http.createServer((req) => req.socket.destroy());
+  const origin = await listenOnLoopback(server);
+  defer(() => closeServer(server));
+  return `${origin}/publications`;
+}
