@@ -18,6 +18,11 @@ export interface TcpLink {
   cutAll(): void;
   /** Lets nothing through, either way, while `partitioned` (connections stay open, silent). */
   partition(partitioned: boolean): void;
+  /**
+   * Once, cuts the connection whose server sends a chunk that `matches`, that chunk dropped: the server did what it
+   * answers (a commit, say) and the client never hears it. Resolves when it has cut.
+   */
+  cutBeforeAnswer(matches: (fromServer: Buffer) => boolean): Promise<void>;
 }
 
 /**
@@ -28,6 +33,7 @@ export async function tcpLink(defer: Defer, target: string, listenHost = '127.0.
   const [targetHost = '127.0.0.1', targetPort = '0'] = splitHostPort(target);
   const sockets = new Set<net.Socket>();
   let partitioned = false;
+  let cutter: { matches: (fromServer: Buffer) => boolean; cut: () => void } | undefined;
   const server = net.createServer((inbound) => {
     const outbound = net.connect(Number(targetPort), targetHost);
     for (const socket of [inbound, outbound]) {
@@ -37,7 +43,16 @@ export async function tcpLink(defer: Defer, target: string, listenHost = '127.0.
     }
     // Forwarded by hand, not piped: a partition drops what arrives instead of queueing it.
     inbound.on('data', (chunk: Buffer) => void (partitioned || outbound.write(chunk)));
-    outbound.on('data', (chunk: Buffer) => void (partitioned || inbound.write(chunk)));
+    outbound.on('data', (chunk: Buffer) => {
+      if (cutter?.matches(chunk) === true) {
+        cutter.cut();
+        cutter = undefined;
+        inbound.destroy();
+        outbound.destroy();
+        return;
+      }
+      if (!partitioned) inbound.write(chunk);
+    });
     inbound.on('close', () => outbound.destroy());
     outbound.on('close', () => inbound.destroy());
   });
@@ -76,6 +91,9 @@ export async function tcpLink(defer: Defer, target: string, listenHost = '127.0.
     },
     partition(on) {
       partitioned = on;
+    },
+    cutBeforeAnswer(matches) {
+      return new Promise<void>((cut) => (cutter = { matches, cut }));
     },
   };
 }

@@ -1,4 +1,4 @@
-import { removeInBatches } from '../store/sql';
+import { removeInBatches, safeToRepeat } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { blobRefOf, verifyBlob } from './blobs';
 import type { BlobStore } from './blobs';
@@ -14,14 +14,19 @@ export class TableBlobStore implements BlobStore {
     return `the ${this.db.where} blobs table`;
   }
 
-  /** Stored again, a blob's age restarts: the sweep counts from its last submission. */
+  /**
+   * Stored again, a blob's age restarts: the sweep counts from its last submission. Safe to repeat (the same bytes
+   * under the same ref, the age restarted again), so an outage's retry sends it again as it is.
+   */
   async put(bytes: Uint8Array): Promise<string> {
     const ref = blobRefOf(bytes);
     await this.db.run(
-      this.db.build
-        .insertInto('blobs')
-        .values({ ref, bytes: Buffer.from(bytes), created_at: this.db.now() })
-        .onConflict((conflict) => conflict.column('ref').doUpdateSet({ created_at: this.db.now() })),
+      safeToRepeat(
+        this.db.build
+          .insertInto('blobs')
+          .values({ ref, bytes: Buffer.from(bytes), created_at: this.db.now() })
+          .onConflict((conflict) => conflict.column('ref').doUpdateSet({ created_at: this.db.now() })),
+      ),
     );
     return ref;
   }

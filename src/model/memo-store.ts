@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Selectable } from 'kysely';
 import { openSqlite } from '../store/sql-sqlite';
-import { dateOf, flagOf, forUpdate, jsonOf, sweepClosedWorkflows } from '../store/sql';
+import { dateOf, flagOf, forUpdate, jsonOf, safeToRepeat, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import type { ModelMemoTable, WrittenTime } from '../store/schema';
 import { decideClaim, StoredAnswerSchema } from './memo';
@@ -25,13 +25,16 @@ export class SqlAnswerMemo implements AnswerMemo {
       // A new key is claimed by the INSERT alone: one statement, no transaction to hold open. Unsynced on
       // SQLite: a claim keeps a stalled twin from paying again, and both twins live on the machine whose file it
       // is; an OS crash that loses the claim ends both, and whatever was paid and not stored is lost with or
-      // without it. The answer (complete) is synced, and with it every claim before it.
+      // without it. The answer (complete) is synced, and with it every claim before it. Safe to repeat: a repeat
+      // after it committed inserts nothing, and the read below finds the row this owner holds.
       const now = this.db.now();
       const created = await this.db.runUnsynced(
-        sql`INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id, owner, lease_until,
-          created_at, updated_at) VALUES (${request.memoKey}, ${request.workflowId}, ${request.step},
-          ${request.requestHash}, ${request.runId}, ${owner}, ${this.db.clock(leaseMs)}, ${now}, ${now})
-          ON CONFLICT (memo_key) DO NOTHING`,
+        safeToRepeat(
+          sql`INSERT INTO model_memo (memo_key, workflow_id, step, request_hash, run_id, owner, lease_until,
+            created_at, updated_at) VALUES (${request.memoKey}, ${request.workflowId}, ${request.step},
+            ${request.requestHash}, ${request.runId}, ${owner}, ${this.db.clock(leaseMs)}, ${now}, ${now})
+            ON CONFLICT (memo_key) DO NOTHING`,
+        ),
       );
       if (created === 1) return { kind: 'owned', providerFailures: 0, rejected: [] };
       const claim = await this.db.transaction((tx) => this.claimExisting(tx, request, owner, leaseMs));
@@ -78,14 +81,16 @@ export class SqlAnswerMemo implements AnswerMemo {
   }
 
   async renew(memoKey: string, owner: string, leaseMs: number): Promise<boolean> {
-    // Unsynced on SQLite, as a new claim (see claim).
+    // Unsynced on SQLite, as a new claim (see claim). Safe to repeat: the row it extended still matches.
     const changed = await this.db.runUnsynced(
-      this.db.build
-        .updateTable('model_memo')
-        .set({ lease_until: this.db.clock(leaseMs), updated_at: this.db.now() })
-        .where('memo_key', '=', memoKey)
-        .where('owner', '=', owner)
-        .where('answer', 'is', null),
+      safeToRepeat(
+        this.db.build
+          .updateTable('model_memo')
+          .set({ lease_until: this.db.clock(leaseMs), updated_at: this.db.now() })
+          .where('memo_key', '=', memoKey)
+          .where('owner', '=', owner)
+          .where('answer', 'is', null),
+      ),
     );
     return changed === 1;
   }
@@ -93,10 +98,13 @@ export class SqlAnswerMemo implements AnswerMemo {
   async complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer> {
     // Whoever paid, the first answer stored is kept: a late owner's answer is no better and is already paid.
     // Durable before this returns, its sync aside from the worker's thread (see runSyncedAside); a twin's answer
-    // found instead was synced by that sync too, as it was committed before this statement ran.
+    // found instead was synced by that sync too, as it was committed before this statement ran. Safe to repeat:
+    // a repeat after it committed changes nothing, and the read below returns the answer it stored.
     const changed = await this.db.runSyncedAside(
-      sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
-        updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,
+      safeToRepeat(
+        sql`UPDATE model_memo SET answer = ${JSON.stringify(answer)}, owner = NULL, lease_until = NULL,
+          updated_at = ${this.db.now()} WHERE memo_key = ${memoKey} AND answer IS NULL`,
+      ),
     );
     if (changed === 1) return answer;
     const stored = await this.db.first(
@@ -106,6 +114,7 @@ export class SqlAnswerMemo implements AnswerMemo {
   }
 
   async release(memoKey: string, owner: string, release: Release): Promise<number> {
+    // Not safe to repeat (it counts, and appends): PostgreSQL commits it once, with a check (see Sql.rows).
     const counted = release.providerFailure === true || release.rejected !== undefined ? 1 : 0;
     const rows = await this.db.rows(
       this.db.build

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import { clockMs } from '../store/clock';
 import { forUpdate, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { calibrate, callsLastMinute, effectiveLimits, freshState, reserve, settle } from './rate-limit';
@@ -73,8 +74,9 @@ interface HoldRow {
 /**
  * The pacing of model calls and the budgets, shared by every worker on the store: the data folder's SQLite file on
  * one machine, PostgreSQL for a fleet. Each operation is one transaction that locks the scope's row, reads the
- * store's clock and writes the state back, so hosts whose clocks disagree still pace on one clock; a statement
- * retried after an outage repeats nothing it had committed (a hold is ended once, and only an ending counts).
+ * store's clock and writes the state back, so hosts whose clocks disagree still pace on one clock; a transaction
+ * retried after an outage repeats nothing it had committed (PostgreSQL returns what the committed try returned,
+ * see Sql.transaction; and a hold is ended once, only an ending counts).
  */
 export class SqlRateLimits {
   constructor(private readonly db: Sql) {}
@@ -375,15 +377,6 @@ export class SqlRateLimits {
 
 /** A turn this far past when its call comes for it is given up: the call queues again. */
 const LATE_MS = 1_000;
-
-/** The store's clock in epoch milliseconds: PostgreSQL's for a fleet, this machine's for its SQLite file. */
-async function clockMs(db: Sql): Promise<number> {
-  if (db.dialect === 'sqlite') return Date.now();
-  const row = await db.first(
-    sql<{ now: number }>`SELECT (extract(epoch from clock_timestamp()) * 1000)::float8 AS now`,
-  );
-  return Math.floor(Number(row?.now));
-}
 
 function falseOf(db: Sql): boolean | number {
   return db.dialect === 'postgres' ? false : 0;

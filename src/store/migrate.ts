@@ -9,8 +9,10 @@ const ALL_STORES: readonly StoreName[] = ['blobs', 'memo', 'ledger', 'publicatio
  * Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction, in version order,
  * running each one's steps for `stores` (PostgreSQL holds every store; a SQLite file one). Every transaction
  * first takes the migration lock (PostgreSQL: the advisory lock the project has always used; SQLite: the file's
- * write lock) and looks again, so processes starting together take turns and each step runs once. Returns the
- * versions this call applied.
+ * write lock) and looks again, so processes starting together take turns and each step runs once; for the same
+ * reason a transaction repeated after a lost answer to its COMMIT finds its step done and does nothing (they are
+ * safe to repeat, and must be: the first ones run before the table of commit markers exists). Returns the versions
+ * this call applied (one whose COMMIT's answer was lost is not among them).
  */
 export async function migrate(
   db: Sql,
@@ -30,7 +32,7 @@ export async function migrate(
         ),
     );
     return tx.rows(tx.build.selectFrom('schema_migrations').select('version'));
-  });
+  }, REPEATABLE);
   const have = new Set(recorded.map((row) => row.version));
   const applied: number[] = [];
   for (const migration of [...migrations].sort((a, b) => a.version - b.version)) {
@@ -49,7 +51,7 @@ export async function migrate(
             .values({ version: migration.version, name: migration.name, applied_at: tx.now() }),
         );
         return true;
-      })
+      }, REPEATABLE)
       .catch((err: unknown) => {
         throw new Error(`migration ${migration.version} (${migration.name}) failed`, { cause: err });
       });
@@ -57,6 +59,8 @@ export async function migrate(
   }
   return applied;
 }
+
+const REPEATABLE = { safeToRepeat: true };
 
 /** Arbitrary constant naming this project's migration lock among other advisory locks of the database. */
 const MIGRATION_LOCK = 727_001;

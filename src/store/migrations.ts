@@ -7,6 +7,7 @@
  */
 import { sql } from 'kysely';
 import type { ColumnDataType, ColumnDefinitionBuilder } from 'kysely';
+import { COMMIT_MARKERS } from '../lib/postgres';
 import type { Schema, StoreName } from './schema';
 import type { Dialect, Sql } from './sql';
 
@@ -273,6 +274,32 @@ export const MIGRATIONS: readonly Migration[] = [
             .addColumn('workflow_id', 'text', (c) => c.notNull())
             .addColumn('since', t.time, t.stamped)
             .addPrimaryKeyConstraint('model_budget_waiters_pkey', ['budget_id', 'workflow_id']),
+        );
+      },
+    },
+  },
+  {
+    version: 6,
+    name: 'markers of committed transactions, so a retry after a lost answer to COMMIT runs nothing twice',
+    up: {
+      // PostgreSQL only (lib/postgres.ts writes them), and it runs every store's part, so one part makes the table
+      // for all. A SQLite file is written in this process: the answer to its COMMIT is never lost on the way.
+      async memo(db) {
+        if (db.dialect !== 'postgres') return;
+        await db.run(
+          db.build.schema
+            .createTable(COMMIT_MARKERS)
+            .ifNotExists()
+            .addColumn('id', 'uuid', (c) => c.primaryKey())
+            .addColumn('result', 'text')
+            .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`)),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex(`${COMMIT_MARKERS}_created_at`)
+            .ifNotExists()
+            .on(COMMIT_MARKERS)
+            .column('created_at'),
         );
       },
     },

@@ -125,6 +125,16 @@ export interface ModelBudgetWaitersTable {
   since: Time;
 }
 
+/**
+ * PostgreSQL only: the marker a transaction commits with, so its retry after a lost answer to COMMIT finds it done
+ * (see lib/postgres.ts). `result` is null only inside a retry that has not finished.
+ */
+export interface StoreCommitsTable {
+  id: string;
+  result: string | null;
+  created_at: Time;
+}
+
 export interface SchemaMigrationsTable {
   version: number;
   name: string;
@@ -143,6 +153,7 @@ export interface Schema {
   model_call_holds: ModelCallHoldsTable;
   model_budgets: ModelBudgetsTable;
   model_budget_waiters: ModelBudgetWaitersTable;
+  store_commits: StoreCommitsTable;
   schema_migrations: SchemaMigrationsTable;
 }
 

@@ -6,14 +6,17 @@ import { migrate } from './migrate';
 import { MIGRATIONS } from './migrations';
 import type { Migration } from './migrations';
 import type { Schema } from './schema';
-import { builderFor, compiled, written } from './sql';
+import { builderFor, compiled, isSafeToRepeat, written } from './sql';
 import type { Query, Sql } from './sql';
 
 const build = builderFor('postgres');
 
 /**
  * The stores' handle on PostgreSQL: every statement goes through `db` (its pool, timeouts and outage retries), and
- * a transaction is `db.transaction`, retried whole. It borrows the pool: whoever opened `db` ends it.
+ * a transaction is `db.transaction`, retried whole and committed once. A statement outside a transaction is sent
+ * again after an outage only when that is safe (a read, or a write marked safeToRepeat); any other write runs as a
+ * transaction of its own, so its retry finds it committed instead of counting, appending or inserting twice. It
+ * borrows the pool: whoever opened `db` ends it.
  */
 export function postgresSql(db: Database): Sql {
   return new PostgresSql(db, undefined);
@@ -27,7 +30,7 @@ export async function openPostgres(
 ): Promise<Database> {
   const db = new Database(url, retryForMs);
   try {
-    await db.transaction(async () => undefined);
+    await db.transaction(async () => undefined, { safeToRepeat: true });
     await migrate(postgresSql(db), migrations);
   } catch (err) {
     await db.end();
@@ -74,9 +77,9 @@ class PostgresSql implements Sql {
   }
 
   /** A commit is durable when it returns (synchronous_commit), so `syncAside` changes nothing here. */
-  transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T> {
+  transaction<T>(work: (tx: Sql) => Promise<T>, options: { safeToRepeat?: boolean } = {}): Promise<T> {
     if (this.client !== undefined) throw new Error('a PostgreSQL transaction cannot start inside another');
-    return this.db.transaction((client) => work(new PostgresSql(this.db, client)));
+    return this.db.transaction((client) => work(new PostgresSql(this.db, client)), options);
   }
 
   async syncCommitted(): Promise<void> {
@@ -127,9 +130,12 @@ class PostgresSql implements Sql {
     return;
   }
 
-  private exec(query: Query<unknown>): Promise<pg.QueryResult> {
+  private async exec(query: Query<unknown>): Promise<{ rows: unknown[]; rowCount: number }> {
     const { sql: text, parameters } = compiled(query, build);
     const values = [...parameters];
-    return this.client !== undefined ? this.client.query(text, values) : this.db.query(text, values);
+    const answer = (result: pg.QueryResult) => ({ rows: result.rows, rowCount: result.rowCount ?? 0 });
+    if (this.client !== undefined) return answer(await this.client.query(text, values));
+    if (isSafeToRepeat(query, text)) return answer(await this.db.query(text, values));
+    return this.db.transaction(async (client) => answer(await client.query(text, values)));
   }
 }

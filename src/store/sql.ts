@@ -43,6 +43,11 @@ export interface Sql {
   readonly where: string;
   /** Builds (never runs) queries in this backend's dialect. */
   readonly build: Kysely<Schema>;
+  /**
+   * The statements below, outside a transaction, commit each on its own. A write that PostgreSQL retries through an
+   * outage runs as a transaction of one statement, committed once (see transaction), unless it was marked
+   * safeToRepeat; a read is simply sent again.
+   */
   rows<O>(query: Query<O>): Promise<O[]>;
   first<O>(query: Query<O>): Promise<O | undefined>;
   /** Runs a statement; returns the number of rows it changed. */
@@ -65,10 +70,15 @@ export interface Sql {
    * `work` in one transaction that holds the write lock it needs before it reads: SQLite's `BEGIN IMMEDIATE`
    * takes the file's only write lock, so two claimers serialise instead of both reading "free"; PostgreSQL locks
    * what the transaction reads with FOR UPDATE (see lockRows) or a named lock (see lock). Retried through an
-   * outage on PostgreSQL, the whole transaction again. With `syncAside`, durable when the promise resolves as
-   * runSyncedAside's statement is: other work on the file goes on while the disk syncs.
+   * outage on PostgreSQL, the whole transaction again, yet committed once: a retry after a lost answer to COMMIT
+   * returns what the committed try returned (so the result must survive JSON; dates and bytes do), unless
+   * `safeToRepeat` says running the work twice changes nothing (see lib/postgres.ts). With `syncAside`, durable
+   * when the promise resolves as runSyncedAside's statement is: other work on the file goes on while the disk syncs.
    */
-  transaction<T>(work: (tx: Sql) => Promise<T>, options?: { syncAside?: boolean }): Promise<T>;
+  transaction<T>(
+    work: (tx: Sql) => Promise<T>,
+    options?: { syncAside?: boolean; safeToRepeat?: boolean },
+  ): Promise<T>;
   /**
    * Resolves once every commit this handle could read so far is on disk. SQLite: an fsync of the write-ahead log,
    * which carries the commits that runUnsynced and runSyncedAside made, by this process or another, so a row read
@@ -202,6 +212,24 @@ export async function sweepClosedWorkflows(
   const rows = await db.rows(listed);
   const keys = rows.filter((row) => !openWorkflowIds.has(row.workflow_id)).map((row) => row.key);
   return removeInBatches(keys, (batch) => db.run(removal(batch)));
+}
+
+const REPEATABLE = new WeakSet<object>();
+
+/**
+ * Marks a write that is safe to repeat as it is: run again after it committed, it changes nothing and answers the
+ * same (an insert that does nothing on conflict and whose caller reads on, an update that sets what it set again).
+ * PostgreSQL then sends it again after an outage as a read is, without the marker a checked write commits with (a
+ * hot path spares three round trips). A caller says why it is safe; anything else is left unmarked.
+ */
+export function safeToRepeat<Q extends Query<unknown>>(query: Q): Q {
+  REPEATABLE.add(query);
+  return query;
+}
+
+/** True for a read, or a write marked safeToRepeat: PostgreSQL sends it again after an outage without a check. */
+export function isSafeToRepeat(query: Query<unknown>, text: string): boolean {
+  return REPEATABLE.has(query) || /^\s*SELECT\b/i.test(text);
 }
 
 /** A time column as read: a Date (PostgreSQL), epoch milliseconds or ISO text (SQLite). */
