@@ -88,15 +88,13 @@ async function receiver(mode: LookupMode = 'keyed') {
       const effect = effects.find((e) => e.key === key);
       if (effect === undefined)
         return void res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
-      return void res
-        .writeHead(200)
-        .end(
-          JSON.stringify({
-            idempotencyKey: key,
-            revision: effects.indexOf(effect) + 1,
-            textRef: effect.textRef,
-          }),
-        );
+      return void res.writeHead(200).end(
+        JSON.stringify({
+          idempotencyKey: key,
+          revision: effects.indexOf(effect) + 1,
+          textRef: effect.textRef,
+        }),
+      );
     }
     let body = '';
     req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
