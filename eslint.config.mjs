@@ -35,6 +35,7 @@ export default tseslint.config(
       '!workflows/',
       '!activities/',
       '!scripts/',
+      '!bench/',
       '!deploy/',
       'test/histories/',
     ],

@@ -1,5 +1,5 @@
 /**
- * The pairs' history split (scripts/bench/paired.ts): `npm run bench` cuts each run of the pipeline and of the busy
+ * The pairs' history split (bench/lib/paired.ts): `npm run bench` cuts each run of the pipeline and of the busy
  * yardstick where the pipeline's shape turns, to say where in a run the project's own cost lies; and the stretch
  * before a run's first step, where the pipeline's patch puts its marker and search-attribute upsert.
  */
@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { temporal } from '@temporalio/proto';
-import { segmentsOf, untilFirstStep } from '../scripts/bench/paired';
+import { segmentsOf, untilFirstStep } from '../bench/lib/paired';
 
 describe("the pairs' history split", () => {
   const history = (name: string) =>

@@ -1,7 +1,8 @@
 /**
  * What a person editing this repository meets around the code: lint and format cover the project's own files and
  * none of the person's (documents kept in `notes/` for `npm start -- notes/` once failed `npm test`); the watch and
- * server commands exist; and "Change a step" in the README names every test that pins what a step returns.
+ * server commands exist; "Change a step" in the README names every test that pins what a step returns; and every
+ * repository path, heading and `npm run` script that the README, docs/ and the code's comments name exists.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -10,6 +11,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ESLint } from 'eslint';
 import * as prettier from 'prettier';
+import ts from 'typescript';
 import { z } from 'zod';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -131,6 +133,16 @@ function anchorOf(heading: string): string {
     .replace(/\s/g, '-');
 }
 
+/** The Markdown pages of the project: the README and the pages of docs/ and bench/ (samples/ and fixtures are documents). */
+function markdownPages(): string[] {
+  const inFolder = (dir: string) =>
+    fs
+      .readdirSync(path.join(ROOT, dir))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `${dir}/${f}`);
+  return ['README.md', ...inFolder('docs'), ...inFolder('bench')];
+}
+
 /** The anchors a Markdown file's headings make (outside code blocks). */
 function anchorsIn(markdown: string): Set<string> {
   const withoutCode = markdown.replace(/^```[\s\S]*?^```$/gm, '');
@@ -149,11 +161,8 @@ describe('the README and docs/', () => {
   });
 
   it('link only to files and headings that exist', () => {
-    const pages = ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).map((f) => `docs/${f}`)].filter(
-      (f) => f.endsWith('.md'),
-    );
     const dead: string[] = [];
-    for (const page of pages) {
+    for (const page of markdownPages()) {
       const text = fs.readFileSync(path.join(ROOT, page), 'utf8').replace(/^```[\s\S]*?^```$/gm, '');
       for (const [, target = ''] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
         if (/^[a-z]+:/.test(target)) continue; // http:, mailto:
@@ -170,5 +179,169 @@ describe('the README and docs/', () => {
       }
     }
     assert.deepEqual(dead, []);
+  });
+});
+
+/**
+ * Paths named on purpose although they are not in the repository: each with why. Keep it short; prefer rewording.
+ * Files the patches of docs/add-a-step.md create are read from the patches (newFilesOfPatches), not listed here;
+ * folders that only exist at run time (data/, .tools/, dist/, node_modules/) are not top-level folders of the
+ * repository, so names under them are not checked at all.
+ */
+const NAMED_BUT_ABSENT: Readonly<Record<string, string>> = {
+  'docs/guide.md': "docs/recovery.md's example of a document's path and the ID it becomes (docs:guide.md)",
+  'docs/s': 'documents a second, a unit in the benchmark and its tables',
+};
+
+/** The files the patches of docs/add-a-step.md create (`--- /dev/null` then `+++ b/<path>`). */
+function newFilesOfPatches(): Set<string> {
+  const guide = fs.readFileSync(path.join(ROOT, 'docs', 'add-a-step.md'), 'utf8');
+  return new Set([...guide.matchAll(/^--- \/dev\/null\n\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? ''));
+}
+
+/** The comments of a TypeScript or JavaScript file, each as its text without the comment markers. */
+function commentsOf(file: string, text: string): string[] {
+  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false);
+  const seen = new Set<number>();
+  const comments: string[] = [];
+  const take = (ranges: ts.CommentRange[] | undefined) => {
+    for (const range of ranges ?? []) {
+      if (seen.has(range.pos)) continue;
+      seen.add(range.pos);
+      comments.push(
+        text
+          .slice(range.pos, range.end)
+          .replace(/^\/\*\*?|\*\/$/g, '')
+          .replace(/^\s*(\/\/|\*(?!\/))/gm, ''),
+      );
+    }
+  };
+  const visit = (node: ts.Node) => {
+    take(ts.getLeadingCommentRanges(text, node.getFullStart()));
+    take(ts.getTrailingCommentRanges(text, node.getEnd()));
+    for (const child of node.getChildren(source)) visit(child);
+  };
+  visit(source);
+  return comments;
+}
+
+/** The comments of a YAML file, a Dockerfile or an ignore file: what follows a `#` at the start or after a space. */
+function hashComments(text: string): string[] {
+  return [...text.matchAll(/(?:^|\s)#(.*)$/gm)].map((m) => m[1] ?? '');
+}
+
+/** What each file of the project says in prose: a Markdown page whole, the comments of code and configuration. */
+function proseOfProject(): { file: string; text: string }[] {
+  const read = (file: string) => fs.readFileSync(path.join(ROOT, file), 'utf8');
+  const prose = markdownPages().map((file) => ({ file, text: read(file) }));
+  for (const file of projectFiles()) {
+    if (
+      /^(src|activities|workflows|scripts|bench|test)\/.*\.(ts|mjs|js)$/.test(file) ||
+      file === 'eslint.config.mjs'
+    )
+      prose.push({ file, text: commentsOf(file, read(file)).join('\n') });
+    else if (/^(deploy\/.*\.ya?ml|docker-compose\.yml|Dockerfile|\.prettierignore)$/.test(file))
+      prose.push({ file, text: hashComments(read(file)).join('\n') });
+  }
+  return prose;
+}
+
+/** The repository's top-level folders (of tracked files): a name that starts with one is a repository path. */
+function topLevelFolders(): string[] {
+  const folders = projectFiles()
+    .filter((f) => f.includes('/') && !f.startsWith('.'))
+    .map((f) => f.slice(0, f.indexOf('/')));
+  return [...new Set(folders)];
+}
+
+/**
+ * The repository paths a text names: a top-level folder, a slash and more (`src/config.ts`, `test/`,
+ * `docs/deploy.md#the-lookup-by-key`), not inside a longer path or a URL; with its `#anchor` or `:line` when it has
+ * one. A name cut at a placeholder or a glob (`activities/<step>/`, `test/*.test.ts`) is checked up to there; one
+ * followed by ` at <commit>` names the file as it was then, and is not checked.
+ */
+function pathsNamed(
+  text: string,
+  folders: readonly string[],
+): { name: string; anchor?: string; line?: number }[] {
+  const pattern = new RegExp(
+    String.raw`(?<![\w./@~$-])((?:${folders.join('|')})\/[\w./-]*)(?:#([\p{L}\p{N}_-]+)|:(\d+))?`,
+    'gu',
+  );
+  const atCommit = / at [0-9a-f]{7,40}\b/y;
+  const named = [...text.matchAll(pattern)].filter((m) => {
+    atCommit.lastIndex = m.index + m[0].length;
+    return !atCommit.test(text);
+  });
+  return named.map((m) => {
+    const name = (m[1] ?? '').replace(/\.+$/, '');
+    return {
+      name,
+      ...(m[2] !== undefined ? { anchor: m[2] } : {}),
+      ...(m[3] !== undefined ? { line: Number(m[3]) } : {}),
+    };
+  });
+}
+
+/** The npm scripts a text runs: `npm run <script>`, `npm start`, `npm test`. */
+function scriptsNamed(text: string): string[] {
+  return [...text.matchAll(/\bnpm (?:run\s+([a-z][\w:.-]*)|(start|test)\b)/g)].map((m) =>
+    (m[1] ?? m[2] ?? '').replace(/[.:]+$/, ''),
+  );
+}
+
+describe('names in the README, docs/ and comments', () => {
+  const { scripts } = Scripts.parse(JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')));
+  const prose = proseOfProject();
+
+  it('name repository paths that exist, headings that exist and lines within their file', () => {
+    const folders = topLevelFolders();
+    const created = newFilesOfPatches();
+    const exists = (name: string) =>
+      [name, `${name}.ts`, `${name}/index.ts`].some((candidate) => fs.existsSync(path.join(ROOT, candidate)));
+    const missing = new Set<string>();
+    for (const { file, text } of prose) {
+      for (const { name, anchor, line } of pathsNamed(text, folders)) {
+        if (created.has(name) || NAMED_BUT_ABSENT[name] !== undefined) continue;
+        if (!exists(name)) {
+          missing.add(`${file}: ${name} (no such file or folder)`);
+          continue;
+        }
+        const absolute = path.join(ROOT, name);
+        if (anchor !== undefined && name.endsWith('.md')) {
+          if (!anchorsIn(fs.readFileSync(absolute, 'utf8')).has(anchor))
+            missing.add(`${file}: ${name}#${anchor} (no such heading)`);
+        }
+        if (line !== undefined && fs.statSync(absolute).isFile()) {
+          if (line > fs.readFileSync(absolute, 'utf8').split('\n').length)
+            missing.add(`${file}: ${name}:${line} (past its last line)`);
+        }
+      }
+    }
+    assert.deepEqual(
+      [...missing],
+      [],
+      'rename the path where it is named, or add it to NAMED_BUT_ABSENT with why',
+    );
+  });
+
+  it('run npm scripts that package.json has', () => {
+    const missing = new Set<string>();
+    for (const { file, text } of prose) {
+      for (const name of scriptsNamed(text))
+        if (scripts[name] === undefined) missing.add(`${file}: npm run ${name} (no such script)`);
+    }
+    assert.deepEqual([...missing], []);
+  });
+
+  it('the check itself finds a path, a heading and a script that are not there', () => {
+    const text =
+      'see src/no-such-file.ts, docs/deploy.md#no-such-heading and `npm run no-such-script`; not ../src/x.ts';
+    assert.deepEqual(
+      pathsNamed(text, topLevelFolders()).map((p) => p.name),
+      ['src/no-such-file.ts', 'docs/deploy.md'],
+    );
+    assert.equal(pathsNamed(text, topLevelFolders())[1]?.anchor, 'no-such-heading');
+    assert.deepEqual(scriptsNamed(text), ['no-such-script']);
   });
 });

@@ -58,7 +58,10 @@ export interface BatchReport {
   outcomes: DocumentOutcome[];
   /** The batch's own count of what ended, undefined when nothing was submitted. */
   tally: BatchTally | undefined;
-  /** 1 when a document failed, 3 when none failed but a publication was superseded, else 0. */
+  /**
+   * exitCodeOf's: 1 when a document failed; else 4 when a delivery is held for a verdict; else 5 when a document
+   * waits for its budget; else 3 when a publication was superseded by a newer run; else 0.
+   */
   exitCode: number;
 }
 

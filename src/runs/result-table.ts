@@ -54,8 +54,9 @@ export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
 
 /**
  * The exit code of a batch: 1 when a document failed; 4 when none failed but deliveries are held for a verdict
- * (their runs end once it is given); 3 when a publication was superseded by a newer run of its document (nothing
- * to retry, but this batch's text is not what the target holds); else 0.
+ * (their runs end once it is given); 5 when none failed or is held but documents wait for their budget (`npm run
+ * budget -- raise` wakes them); 3 when a publication was superseded by a newer run of its document (nothing to
+ * retry, but this batch's text is not what the target holds); else 0.
  */
 export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
   const statuses = outcomes.map(documentStatus);

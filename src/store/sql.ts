@@ -172,7 +172,7 @@ class Renamer extends OperationNodeTransformer {
  * ` FOR UPDATE` for a hot path's read. The hot paths (a memo claim and answer, a ledger claim, a publication) are
  * `sql` templates, not the builder: one text for both dialects, what differs put in by the handle (its clock,
  * this), rows typed by hand. The builder costs some 10 to 30 µs of CPU a statement to build and compile, which a
- * claim of four statements felt (scripts/bench-stores.ts, docs/backends.md); a template, 1 to 3 µs.
+ * claim of four statements felt (bench/stores.ts, docs/backends.md); a template, 1 to 3 µs.
  */
 
 /** ` FOR UPDATE` where a transaction's read must lock its rows (PostgreSQL); nothing in SQLite (see Sql.lockRows). */

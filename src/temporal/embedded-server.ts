@@ -49,7 +49,7 @@ export async function startEmbeddedServer(
       files.temporal,
       '--log-level',
       'warn',
-      // Task-queue read rates and the database's write-ahead log: src/temporal/tuning.ts, README.md "Speed".
+      // Task-queue read rates and the database's write-ahead log: src/temporal/tuning.ts, bench/speed.md.
       ...devServerArgs({ persistent: true }),
     ],
     { stdio: ['ignore', logFd, logFd], detached: true },

@@ -1,7 +1,7 @@
 /**
  * What every Temporal dev server this project starts (the embedded one, `npm run server`, the tests' and the
- * benchmark's) is told on top of its address, database and namespace. Measured by `npm run bench`; README.md,
- * "Speed", has the figures.
+ * benchmark's) is told on top of its address, database and namespace. Measured by `npm run bench`; bench/speed.md has
+ * the figures.
  *
  * The history service reads its transfer queue (new workflow and activity tasks) and its timer queue (retries,
  * timeouts, sleeps) at most `...MaxPollRPS` times a second per shard; the default is 20, and a dev server has one

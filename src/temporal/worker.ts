@@ -22,7 +22,7 @@ export interface PipelineWorkerOptions {
    * are bundled from source. For workflow spans, build it with `workflowInterceptorModules(tracing)`.
    */
   workflowBundle?: WorkerOptions['workflowBundle'];
-  /** The payload codec setup (see src/codec.ts); clients of these runs must use the same. */
+  /** The payload codec setup (see src/temporal/codec.ts); clients of these runs must use the same. */
   dataConverter?: DataConverter;
   /** Tracing to wire in; by default the process's (installRuntime starts it when OTLP is configured). */
   tracing?: Tracing | undefined;

@@ -1,5 +1,5 @@
 /** A row of the benchmark's table, and the statistics that fill it. */
-import { cpuMs } from '../memory';
+import { cpuMs } from './memory';
 
 /** A document of the corpus. */
 export interface Doc {

@@ -1,7 +1,7 @@
 /**
  * The benchmark's yardsticks: the pipeline's shape (two steps at once, then one) with activities of no work of
  * their own, so that what a step costs in Temporal alone, on the same server and worker settings, stands beside
- * what it costs in the pipeline. Bundled by scripts/bench/temporal-alone.ts only; no worker of the project runs it.
+ * what it costs in the pipeline. Bundled by bench/lib/temporal-alone.ts only; no worker of the project runs it.
  */
 import { patched, proxyActivities } from '@temporalio/workflow';
 

@@ -13,7 +13,7 @@
  * - the throughput ceiling, the higher of the modelled one (Temporal alone's best, plus the model's CPU a document
  *   over the cores) and the measured one (the busy yardstick's best), and how near the pipeline's best comes to it.
  *
- * Prints a markdown table, writes bench-results.json and bench-results.svg. A benchmark, not a test: it asserts
+ * Prints a markdown table, writes bench/results.json and bench/results.svg. A benchmark, not a test: it asserts
  * nothing and takes a few minutes. `--quick` runs 20 documents and skips the slow rows.
  */
 import fs from 'node:fs';
@@ -22,12 +22,12 @@ import path from 'node:path';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import * as prettier from 'prettier';
 import { runMain } from '../src/lib/run-main';
-import { call, checkpointLoop, model, plainLoop } from './bench/loops';
-import { microCosts } from './bench/breakdown';
-import { table, chart } from './bench/output';
-import { pipelineRuns } from './bench/pipeline';
-import { round } from './bench/rows';
-import type { Doc, Row } from './bench/rows';
+import { call, checkpointLoop, model, plainLoop } from './lib/loops';
+import { microCosts } from './lib/breakdown';
+import { table, chart } from './lib/output';
+import { pipelineRuns } from './lib/pipeline';
+import { round } from './lib/rows';
+import type { Doc, Row } from './lib/rows';
 
 const ROOT = path.resolve(__dirname, '..');
 const QUICK = process.argv.includes('--quick');
@@ -124,7 +124,7 @@ async function run(): Promise<void> {
       perStepOverheadMsP50: tunedAtOne?.perStepOverheadMsP50,
       perStepOverheadMsP95: tunedAtOne?.perStepOverheadMsP95,
       // The project's own cost: each document through the pipeline less the same document through Temporal alone
-      // with the model's scoring for steps, one at a time, in pairs (scripts/bench/paired.ts); p50 over documents.
+      // with the model's scoring for steps, one at a time, in pairs (bench/lib/paired.ts); p50 over documents.
       ownCostMsPerStepP50: ownCost,
       ownCostMsPerStepP95: tuned.paired?.ownCostMsPerStepP95,
       ownCostMsPerStepP50ByPass: tuned.paired?.ownCostMsPerStepP50ByPass,
@@ -142,7 +142,7 @@ async function run(): Promise<void> {
       // The same, read as the eager row's per-step overhead less the no-op yardstick's, each from its own run: it
       // also counts the workflow task that the pipeline's steps ending apart cost Temporal.
       ownCostMsPerStepP50AgainstNoOpYardstick: ownCostNoOp,
-      // Where it goes, one document at a time: see docs/speed.md.
+      // Where it goes, one document at a time: see bench/speed.md.
       ownCostBreakdown: {
         // Each pair's histories cut into the pipeline's segments: where in a run the difference lies.
         historySplitMsPerDoc: tuned.paired?.historySplitMsPerDoc,
@@ -162,7 +162,7 @@ async function run(): Promise<void> {
       docsPerSecondBest: best,
       // What the pipeline is held against: the higher of the modelled and the measured ceiling, and the pipeline's
       // best rate over it, each the median over rounds in which the pipeline and every part of the ceiling ran back
-      // to back (scripts/bench/rounds.ts); from the table's rows where no rounds ran.
+      // to back (bench/lib/rounds.ts); from the table's rows where no rounds ran.
       throughputCeilingDocsPerSecond: tuned.throughput?.ceilingP50 ?? ceiling,
       throughputCeilingFraction: tuned.throughput?.fractionP50 ?? round(best / ceiling, 2),
       throughputRounds: tuned.throughput?.rounds,
@@ -227,14 +227,14 @@ async function run(): Promise<void> {
       );
     }
     // In the repository's own format (npm run lint checks it): prettier lays short arrays on one line.
-    const resultsFile = path.join(ROOT, 'bench-results.json');
+    const resultsFile = path.join(__dirname, 'results.json');
     const json = await prettier.format(JSON.stringify(results, null, 2), {
       ...(await prettier.resolveConfig(resultsFile)),
       filepath: resultsFile,
     });
     fs.writeFileSync(resultsFile, json);
-    fs.writeFileSync(path.join(ROOT, 'bench-results.svg'), chart(rows, ceiling));
-    console.log('Wrote bench-results.json and bench-results.svg.');
+    fs.writeFileSync(path.join(__dirname, 'results.svg'), chart(rows, ceiling));
+    console.log('Wrote bench/results.json and bench/results.svg.');
   } finally {
     clearInterval(sampler);
     fs.rmSync(root, { recursive: true, force: true });

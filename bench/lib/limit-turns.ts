@@ -12,7 +12,7 @@ import { runMain } from '../../src/lib/run-main';
 import type { CallEnd } from '../../src/model/rate-limit';
 import { openStores } from '../../src/store/open';
 import type { Stores } from '../../src/store/open';
-import type { TurnTimes } from '../bench-limits';
+import type { TurnTimes } from '../limits';
 
 /** A scope that every handle shares, as every worker of a fleet shares its provider's. */
 const SCOPE = 'openai-compatible/bench at http://127.0.0.1';

@@ -2,7 +2,7 @@
  * The project's own cost per step, measured in pairs. Each document of the corpus, one at a time, is timed three
  * ways back to back: the model's work on it in this process (summarize, then tag), the pipeline (started eagerly),
  * and the busy yardstick, whose summarize and tag are the model's own scoring of the document on a thread, and
- * nothing else (scripts/bench/temporal-alone.ts). The two runs go in turn first, so a drift of the machine between them
+ * nothing else (bench/lib/temporal-alone.ts). The two runs go in turn first, so a drift of the machine between them
  * falls on both sides alike, and the document's own cost is their difference over its three steps: what the
  * project's code costs on top of Temporal running the same shape, with the same gaps between the steps.
  *

@@ -10,7 +10,7 @@ import { workflowIdFor } from '../../src/contract';
 import { createDependencies } from '../../src/dependencies';
 import { prebuiltBundle } from '../../src/temporal/bundle';
 import { createPipelineWorker } from '../../src/temporal/worker';
-import { peakMiB } from '../memory';
+import { peakMiB } from './memory';
 import { bundleFromSource } from './bundle';
 import { eventMs, PhaseRecorder, replayMsPerRun, splitSummary } from './breakdown';
 import { atOnce, round, STEPS_PER_DOCUMENT, timedRow } from './rows';
@@ -30,11 +30,11 @@ export interface PipelineRun {
   serverPeakMiB: number | undefined;
   coldStart?: { fromSourceMs: number; fromBundleMs: number };
   killToResumeMs?: number;
-  /** The own cost from pairs of runs, pipeline and busy yardstick, one document at a time (scripts/bench/paired.ts). */
+  /** The own cost from pairs of runs, pipeline and busy yardstick, one document at a time (bench/lib/paired.ts). */
   paired?: PairedOwnCost;
-  /** The throughput fraction, in rounds (scripts/bench/rounds.ts). */
+  /** The throughput fraction, in rounds (bench/lib/rounds.ts). */
   throughput?: Awaited<ReturnType<typeof throughputRounds>>;
-  /** The worker process's CPU a document, one at a time, by bucket (scripts/bench/profile.ts). */
+  /** The worker process's CPU a document, one at a time, by bucket (bench/lib/profile.ts). */
   cpuMsPerDoc?: Record<string, Record<string, number>>;
   /** The workflow bundle the worker loaded. */
   bundleKiB: number;
@@ -255,7 +255,7 @@ async function runBatch(
 
 /**
  * Documents started eagerly by a client on the worker's connection, `concurrency` at once, each timed from start to
- * result, as the yardstick's are (scripts/bench/temporal-alone.ts).
+ * result, as the yardstick's are (bench/lib/temporal-alone.ts).
  */
 async function runEager(
   client: Client,

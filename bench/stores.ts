@@ -1,5 +1,5 @@
 /**
- * `node --import tsx scripts/bench-stores.ts [--against DIR] [--rounds N] [--ops N] [--backend sqlite|postgres]
+ * `node --import tsx bench/stores.ts [--against DIR] [--rounds N] [--ops N] [--backend sqlite|postgres]
  * [--dir DIR]`: the stores' hot path, timed on both backends: a memo claim of a new key, the memo answer
  * (complete), a ledger claim of a new key and a publish of a new document. With `--against` another checkout
  * (a `git worktree` of an older commit, with a node_modules link) is timed in the same process through its own

@@ -36,7 +36,7 @@ import type { Cleanup, Defer } from '../test/scratch';
 import { tempDir } from '../test/scratch';
 
 const ROOT = path.resolve(__dirname, '..');
-const RESULTS_FILE = path.join(ROOT, 'bench', 'limits-results.json');
+const RESULTS_FILE = path.join(__dirname, 'limits-results.json');
 
 /**
  * Two limits, each binding on one dimension (the batch's calls are 0.5k to 4k tokens): 120 requests a minute with
@@ -79,7 +79,7 @@ interface RunFigures {
   wallToInOrder: number;
 }
 
-/** What scripts/bench/limit-turns.ts prints: the milliseconds of each part of each turn. */
+/** What bench/lib/limit-turns.ts prints: the milliseconds of each part of each turn. */
 const TurnTimesSchema = z.object({
   read: z.array(z.number()),
   reserve: z.array(z.number()),
@@ -200,7 +200,7 @@ function percentiles(values: number[]): Percentiles {
 
 type TurnProcess = ChildProcessByStdio<Writable, Readable, null>;
 
-/** Starts one handle's process (scripts/bench/limit-turns.ts); resolves once it has warmed up. */
+/** Starts one handle's process (bench/lib/limit-turns.ts); resolves once it has warmed up. */
 async function startHandle(
   env: NodeJS.ProcessEnv,
   handle: string,
@@ -210,7 +210,7 @@ async function startHandle(
     [
       '--import',
       'tsx',
-      path.join(__dirname, 'bench', 'limit-turns.ts'),
+      path.join(__dirname, 'lib', 'limit-turns.ts'),
       '--handle',
       handle,
       '--turns',

@@ -19,7 +19,7 @@ import Database from 'better-sqlite3';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../src/config';
 import { runMain } from '../src/lib/run-main';
-import { peakMiB } from './memory';
+import { peakMiB } from './lib/memory';
 import { startLocalDevServer } from '../src/temporal/local-server';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -188,7 +188,7 @@ async function run(): Promise<void> {
         ? `All ${docs} documents published once; no batch run reached ${HISTORY_LIMIT} events.`
         : 'NOT AS PROMISED: see the figures above.',
     );
-    fs.writeFileSync(path.join(ROOT, 'bench-batch-results.json'), `${JSON.stringify(figures, null, 2)}\n`);
+    fs.writeFileSync(path.join(__dirname, 'batch-results.json'), `${JSON.stringify(figures, null, 2)}\n`);
     if (!ok) process.exitCode = 1;
   } finally {
     for (const w of workers) w.kill('SIGKILL');
