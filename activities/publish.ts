@@ -22,10 +22,11 @@ export function createPublish(deps: {
   phases?: PhaseTimer;
 }) {
   return async function publish(input: PublishInput): Promise<PublishResult> {
-    const publication = timedSync(deps.phases, 'input check', () =>
+    const { keyRunId, ...publication } = timedSync(deps.phases, 'input check', () =>
       parseOrFail(PublishInputSchema, input, 'publish input'),
     );
-    const key = idempotencyKey();
+    // A run that continued as new while its delivery was held sends it under the first run's key.
+    const key = idempotencyKey(undefined, keyRunId);
     const metrics = deps.metrics ?? noMetrics;
     const receipt = await withHeartbeats((signal) =>
       timed(deps.phases, 'publication', () => deps.publisher.publish(publication, key, signal)),

@@ -141,6 +141,12 @@ export const PublishInputSchema = z
      * run instead of letting it overwrite a newer revision. Optional: runs scheduled before it existed send none.
      */
     scheduledAt: z.number().int().nonnegative().optional(),
+    /**
+     * The run whose key the delivery goes under, when it is not this one: a run whose delivery is held continues
+     * as new before its history grows too long (workflows/index.ts), and the next run must send the delivery under
+     * the key the first run sent it with (activities/idempotency.ts says why). Absent on every other path.
+     */
+    keyRunId: z.string().min(1).max(100).optional(),
   })
   .strict();
 export type PublishInput = z.infer<typeof PublishInputSchema>;
@@ -219,6 +225,33 @@ export interface PipelineResult {
   summary: SummarizeResult;
   tags: TagResult;
   publication: PublishResult;
+}
+
+/** The results of the steps before publish, as a run's result holds them (carried across continue-as-new). */
+export type StepResultsBeforePublish = Omit<PipelineResult, 'documentId' | 'title' | 'publication'>;
+
+/**
+ * A held delivery handed to the next run when its run continues as new: what publish sends (its key's run
+ * included), the model steps' results (done, never run again), the key held and the wait reached so far.
+ */
+export interface HeldPublication {
+  publish: PublishInput & { keyRunId: string };
+  /** The results of the steps before publish, as the run's result holds them. */
+  results: StepResultsBeforePublish;
+  heldKey: string;
+  waitMs: number;
+  /** Batches that attached to this run (not its parent) and are told when it is held or goes on. */
+  watchers: string[];
+}
+
+/**
+ * The pipeline's second argument, absent on a first run: what a run that continued as new carries over, and,
+ * for tests, the history length at which a held run continues as new.
+ */
+export interface PipelineContinuation {
+  held?: HeldPublication;
+  /** Events a held run's history may reach before it continues as new (default HELD_HISTORY_BUDGET). */
+  historyBudget?: number;
 }
 
 export const StepStateSchema = z.enum(STEP_STATES);

@@ -1,7 +1,9 @@
 import {
   ActivityFailure,
+  allHandlersFinished,
   ApplicationFailure,
   condition,
+  continueAsNew,
   getExternalWorkflowHandle,
   patched,
   proxyActivities,
@@ -11,7 +13,15 @@ import {
 } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
-import type { PipelineResult, PublishResult, SummarizeResult, TagResult } from '../src/contract';
+import type {
+  PipelineContinuation,
+  PipelineResult,
+  PublishInput,
+  PublishResult,
+  StepResultsBeforePublish,
+  SummarizeResult,
+  TagResult,
+} from '../src/contract';
 import {
   budgetIdOf,
   FailureType,
@@ -19,7 +29,9 @@ import {
   initialProgress,
   isCompletePipelineInput,
   refuseOtherSchemaVersions,
+  STEPS,
 } from '../src/steps';
+import type { CompletePipelineInput } from '../src/steps';
 import { asRunsOwnCheck } from './checks';
 import type { SignalDefinition } from '@temporalio/workflow';
 import {
@@ -27,12 +39,19 @@ import {
   budgetWaitSignal,
   deliveryHeldSignal,
   deliverySettledSignal,
+  noticesWantedSignal,
   progressQuery,
 } from './queries';
 import type { PipelineProgress, StepName } from '../src/steps';
 
 export { batch } from './batch';
-export { batchProgressQuery, budgetRaisedSignal, deliverySettledSignal, progressQuery } from './queries';
+export {
+  batchProgressQuery,
+  budgetRaisedSignal,
+  deliverySettledSignal,
+  noticesWantedSignal,
+  progressQuery,
+} from './queries';
 
 /**
  * Retries fit the fault. No attempt cap: a worker that crashes or stalls times its attempts out (heartbeat
@@ -83,8 +102,14 @@ const { checkPipelineInput } = proxyLocalActivities<PipelineActivities>({
  * Summarize, tag, publish one document. The event history is the checkpoint: after a crash, replay skips every
  * step whose completion is recorded, and only the unfinished step runs again, under the same idempotency key.
  * Each activity ID is the step name, so keys read `<runId>:summarize`, `<runId>:tag`, `<runId>:publish`.
+ *
+ * `continuation` is absent on a first run; a run whose delivery is held continues as new with it (see
+ * publishUntilSettled), and the next run goes straight back to the held publish.
  */
-export async function documentPipeline(rawInput: unknown): Promise<PipelineResult> {
+export async function documentPipeline(
+  rawInput: unknown,
+  continuation: PipelineContinuation = {},
+): Promise<PipelineResult> {
   refuseOtherSchemaVersions(rawInput);
   // A complete input (what our clients send) is taken as it is; anything else is checked, with defaults filled
   // in, by the worker.
@@ -95,6 +120,7 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
 
   const progress = initialProgress(documentId);
   setHandler(progressQuery, () => progress);
+  const notices = new BatchNotices(progress, continuation.held?.watchers ?? []);
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     progress.steps[name] = 'running';
     try {
@@ -120,10 +146,23 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     ...modelTimeout,
     activityId: 'tag',
   });
+  const held = { input, notices, continuation };
+
+  // Continued as new while its delivery was held: summarize and tag are done (their results came along), and the
+  // run goes straight back to the held publish, under the key the first run sent it with.
+  const carried = continuation.held;
+  if (carried !== undefined) {
+    for (const name of STEPS) if (name !== 'publish') progress.steps[name] = 'done';
+    const { results } = carried;
+    const publication = await step('publish', () =>
+      publishUntilSettled(carried.publish, budget, progress, { ...held, results }),
+    );
+    return { documentId, title, ...results, publication };
+  }
 
   // A budget is passed on only where the run has one, so the steps' inputs are what they always were without.
   const spending = input.budget === undefined ? {} : { budget: input.budget };
-  const withinBudget = budgetWaiter(progress);
+  const withinBudget = budgetWaiter(progress, notices);
   const summarizeStep = (): Promise<SummarizeResult> =>
     step('summarize', () =>
       withinBudget('summarize', () =>
@@ -149,10 +188,11 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     summary = await summarizeStep();
     tags = await tagStep();
   }
-  // scheduledAt orders this run's publication against other runs of the document (principle 8): workflow time is
-  // deterministic (the current workflow task's start), fixed in the step's input for all its retries, and later in
-  // every later run. Not workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old
-  // run's first task, so the reset run would report the same start time as the run it replaces.
+  // scheduledAt orders this run's publication against other runs of the document, so that a late publication of
+  // an older run never overwrites a newer one (docs/recovery.md): workflow time is deterministic (the current
+  // workflow task's start), fixed in the step's input for all its retries, and later in every later run. Not
+  // workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old run's first task, so
+  // the reset run would report the same start time as the run it replaces.
   const publishInput = {
     documentId,
     title,
@@ -162,11 +202,15 @@ export async function documentPipeline(rawInput: unknown): Promise<PipelineResul
     model: summary.model,
     scheduledAt: Date.now(),
   };
+  // The steps' results so far, as the run's result holds them: a held run that continues as new carries them.
+  const results = { summary, tags };
   // A held delivery (it may have landed unanswered: a person, or the receiver's lookup, must say) is a state of
   // the run, shown by its progress and its batch, not a retry that the step budget ends: the run waits for the
   // verdict as long as it takes, then looks again.
-  const publication = await step('publish', () => publishUntilSettled(publishInput, budget, progress));
-  return { documentId, title, summary, tags, publication };
+  const publication = await step('publish', () =>
+    publishUntilSettled(publishInput, budget, progress, { ...held, results }),
+  );
+  return { documentId, title, ...results, publication };
 }
 
 /** How long a step waiting for its budget waits before it looks again by itself (raising it wakes it at once). */
@@ -179,12 +223,12 @@ const BUDGET_MAX_WAIT_MS = 30 * 60_000;
  * batch, then waits for `npm run budget -- raise` (budgetRaisedSignal) or its timer, and runs the step again under
  * the same activity ID, so the same key: answers already paid for come from the memo.
  */
-function budgetWaiter(progress: PipelineProgress) {
+function budgetWaiter(progress: PipelineProgress, notices: BatchNotices) {
   let raised = 0;
   setHandler(budgetRaisedSignal, () => void raised++);
   const waiting = new Set<StepName>();
   const tell = (budgetId: string | undefined): Promise<void> =>
-    tellBatch(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId });
+    notices.tell(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId });
   return async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     for (let waitMs = BUDGET_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, BUDGET_MAX_WAIT_MS)) {
       try {
@@ -217,20 +261,94 @@ const HELD_FIRST_WAIT_MS = 30_000;
 const HELD_MAX_WAIT_MS = 5 * 60_000;
 
 /**
+ * History events a held run may reach before it continues as new (PipelineContinuation.historyBudget overrides it
+ * for tests). A look costs 11-12 events, so Temporal's hard limit (51,200) would end a run after ~4,300 looks: ~16
+ * days unattended, or as many settle signals. 2,000 is ~170 looks (~14 hours at the 5-minute wait), a fifth of
+ * the 10,240 events at which Temporal starts warning, and small enough that a query on a held run (which replays
+ * its history on a worker that no longer caches it) stays cheap; continuing costs one event and one look.
+ * Temporal's own suggestion (continueAsNewSuggested) is heeded too.
+ */
+const HELD_HISTORY_BUDGET = 2_000;
+
+/** What the held wait needs to continue the run as new: the run's input and what it carries over. */
+interface HeldContext {
+  input: CompletePipelineInput;
+  notices: BatchNotices;
+  continuation: PipelineContinuation;
+  results: StepResultsBeforePublish;
+}
+
+/**
  * Publishes, waiting out a held delivery: the step fails at once on DeliveryHeld (not retried by the server), the
  * run shows it held, tells its batch, and waits (a timer, or `npm run deliveries -- resolve` waking it), then
  * publishes again under the same activity ID, so the same key. Nothing but the verdict ends the wait.
+ *
+ * A wait may outlast any history: before the run's history grows long (HELD_HISTORY_BUDGET), it continues as new
+ * straight into this wait, carrying the publish input (so summarize and tag never run again) and the first run's
+ * ID, so the delivery keeps its key (activities/idempotency.ts). Signal handlers are let finish first; a settle
+ * signal that reached the old run too late to wake it costs nothing, since the new run looks at once.
  */
 async function publishUntilSettled(
-  input: Parameters<PipelineActivities['publish']>[0],
+  input: PublishInput,
   budget: Pick<ActivityOptions, 'scheduleToCloseTimeout'>,
   progress: PipelineProgress,
+  context: HeldContext,
 ): Promise<PublishResult> {
   const { publish } = proxyActivities<PipelineActivities>({ ...publishOptions, ...budget });
   let woken = false;
   setHandler(deliverySettledSignal, () => void (woken = true));
   const tell = (heldKey: string | undefined): Promise<void> =>
-    tellBatch(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey });
+    context.notices.tell(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey });
+
+  /** Looks (publishes again) and waits until the verdict, continuing as new before the history grows long. */
+  const waitOut = async (waitFrom: number, lookFirst: boolean): Promise<PublishResult> => {
+    const publishInput = { ...input, keyRunId: input.keyRunId ?? workflowInfo().runId };
+    let waitMs = waitFrom;
+    for (let look = lookFirst; ; look = true) {
+      if (look) {
+        // A signal that arrives while the look is under way may be about a verdict the look missed: it counts.
+        woken = false;
+        try {
+          const result = await publish(publishInput);
+          await tell(undefined);
+          return result;
+        } catch (err) {
+          const heldKey = heldKeyOfFailure(err);
+          if (heldKey === undefined) throw err;
+          if (progress.heldKey !== heldKey) {
+            progress.heldKey = heldKey;
+            await tell(heldKey);
+          }
+          waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS);
+        }
+      }
+      await condition(() => woken, waitMs);
+      if (historyNearLimit(context.continuation.historyBudget ?? HELD_HISTORY_BUDGET)) {
+        // Handlers under way (telling a batch that just attached) finish in this run; signals that arrive after
+        // this are the next run's.
+        await condition(allHandlersFinished);
+        const { historyBudget } = context.continuation;
+        return continueAsNew<typeof documentPipeline>(context.input, {
+          ...(historyBudget === undefined ? {} : { historyBudget }),
+          held: {
+            publish: publishInput,
+            results: context.results,
+            heldKey: progress.heldKey ?? 'unknown',
+            waitMs,
+            watchers: context.notices.watching(),
+          },
+        });
+      }
+    }
+  };
+
+  const carried = context.continuation.held;
+  if (carried !== undefined) {
+    // The run before this one was held: it shows so, and looks at once (a verdict may have come meanwhile).
+    progress.heldKey = carried.heldKey;
+    progress.steps.publish = 'held';
+    return waitOut(carried.waitMs, true);
+  }
   for (let waitMs = HELD_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS)) {
     try {
       const result = await publish(input);
@@ -245,11 +363,27 @@ async function publishUntilSettled(
         await tell(heldKey);
       }
       progress.steps.publish = 'held';
+      // Runs held before the wait could continue as new keep waiting as they did (their histories replay this
+      // branch): no marker, `patched` false. Once `npm run check-replay` finds no open or retained run without the
+      // marker, make it `deprecatePatch('held-continue-as-new')` and delete the lines after this `if`.
+      if (patched('held-continue-as-new')) return waitOut(waitMs, false);
       woken = false;
       await condition(() => woken, waitMs);
       progress.steps.publish = 'running';
     }
   }
+}
+
+/** True once the run's history is `budget` events long, or Temporal suggests continuing as new. */
+function historyNearLimit(budget: number): boolean {
+  const info = workflowInfo();
+  return info.continueAsNewSuggested || info.historyLength >= budget;
+}
+
+/** The key a DeliveryHeld failure of the step names, undefined for any other failure. */
+function heldKeyOfFailure(err: unknown): string | undefined {
+  const held = stepFailedWith(err, FailureType.DeliveryHeld);
+  return held === undefined ? undefined : (heldKeyOf(held.details) ?? 'unknown');
 }
 
 /**
@@ -263,13 +397,41 @@ function stepFailedWith(err: unknown, type: string): ApplicationFailure | undefi
 }
 
 /**
- * Tells the run's batch (its parent) how it stands. The batch may have ended or continued meanwhile: telling it
- * is a courtesy, never a reason to fail.
+ * Tells the run's batches how it stands: its parent, and batches that attached to it while it was under way
+ * (noticesWantedSignal). A batch may have ended or continued meanwhile: telling it is a courtesy, never a reason
+ * to fail.
  */
-async function tellBatch<A>(signal: SignalDefinition<[A]>, notice: A): Promise<void> {
-  const parent = workflowInfo().parent;
-  if (parent === undefined) return;
-  await getExternalWorkflowHandle(parent.workflowId)
+class BatchNotices {
+  private readonly watchers: Set<string>;
+
+  constructor(progress: PipelineProgress, watchers: readonly string[]) {
+    this.watchers = new Set(watchers);
+    setHandler(noticesWantedSignal, async ({ workflowId }) => {
+      if (workflowId === workflowInfo().parent?.workflowId) return;
+      this.watchers.add(workflowId);
+      // The batch attached after this run told its own: it hears how the run stands now.
+      const self = workflowInfo().workflowId;
+      if (progress.heldKey !== undefined && progress.steps.publish === 'held')
+        await signalBatch(workflowId, deliveryHeldSignal, { workflowId: self, heldKey: progress.heldKey });
+      if (progress.budgetId !== undefined)
+        await signalBatch(workflowId, budgetWaitSignal, { workflowId: self, budgetId: progress.budgetId });
+    });
+  }
+
+  /** The batches that attached, to carry across continue-as-new. */
+  watching(): string[] {
+    return [...this.watchers];
+  }
+
+  async tell<A>(signal: SignalDefinition<[A]>, notice: A): Promise<void> {
+    const parent = workflowInfo().parent;
+    const batches = [...(parent === undefined ? [] : [parent.workflowId]), ...this.watchers];
+    await Promise.all(batches.map((workflowId) => signalBatch(workflowId, signal, notice)));
+  }
+}
+
+async function signalBatch<A>(workflowId: string, signal: SignalDefinition<[A]>, notice: A): Promise<void> {
+  await getExternalWorkflowHandle(workflowId)
     .signal(signal, notice)
     .catch(() => undefined);
 }

@@ -11,6 +11,12 @@ export const batchProgressQuery = defineQuery<BatchProgress, [number?]>('batchPr
 /** A document's run tells its batch that its delivery is held, or goes on again. */
 export const deliveryHeldSignal = defineSignal<[HeldNotice]>('deliveryHeld');
 
+/**
+ * A batch that attached to a run another submission started asks it to tell this batch too, as it tells its
+ * parent, when its delivery is held or goes on, and when a step waits for its budget.
+ */
+export const noticesWantedSignal = defineSignal<[{ workflowId: string }]>('noticesWanted');
+
 /** `npm run deliveries -- resolve` tells a held run to look at the ledger again now, not at its next timer. */
 export const deliverySettledSignal = defineSignal('deliverySettled');
 

@@ -1,0 +1,98 @@
+/**
+ * A resubmission that attaches to a held run shows it held: a second batch (another manifest) that finds the
+ * document's run under way and held prints the HELD line, as the first did, and ends with the held exit code
+ * instead of waiting on the run without a word.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { loadConfig } from '../src/config';
+import { workflowIdFor } from '../src/contract';
+import { documentIdOf } from '../src/documents/files';
+import { processDocuments } from '../src/runs/batch';
+import {
+  closeServer,
+  devServerEnv,
+  installQuietRuntime,
+  listenOnLoopback,
+  pipelineWorker,
+  SAMPLE_TEXT,
+  scratchLedger,
+  tempParts,
+  webhookPublisher,
+} from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
+
+const defer = cleanupAfterAll();
+installQuietRuntime();
+let env: TestWorkflowEnvironment;
+
+before(async () => {
+  env = await devServerEnv();
+  defer(() => env.teardown());
+});
+
+describe('a resubmission that attaches to a held run', () => {
+  it('prints the HELD line and ends with exit code 4', { timeout: 150_000 }, async () => {
+    const dir = scratchDir(defer, 'attach-held-');
+    const heldFile = path.join(dir, 'held.md');
+    const otherFile = path.join(dir, 'other.md');
+    fs.writeFileSync(heldFile, `# Held ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
+    fs.writeFileSync(otherFile, `# Other ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
+    const heldId = documentIdOf(heldFile);
+    // A receiver that ignores keys and loses its answer to the held document's first POST (after applying it).
+    let heldPosts = 0;
+    const receiver = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const { documentId } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { documentId: string };
+        if (documentId === heldId && ++heldPosts === 1) return void req.socket.destroy();
+        res.writeHead(201, { 'content-type': 'application/json' }).end('{"revision": 1}');
+      });
+    });
+    const origin = await listenOnLoopback(receiver);
+    defer(() => closeServer(receiver));
+    const publisher = webhookPublisher(defer, `${origin}/publications`, {
+      ledger: scratchLedger(defer),
+      policy: 'hold',
+      timeoutMs: 1_000,
+    });
+    const local = await tempParts(defer, { publisher });
+    const taskQueue = `attach-held-${randomUUID()}`;
+    const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue });
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const heldLine = (lines: string[]) => lines.filter((l) => l.startsWith(`HELD ${heldFile}: `));
+
+    await worker.runUntil(async () => {
+      const first: string[] = [];
+      const held = await processDocuments(env.client, config, local.blobs, [heldFile], {
+        everyMs: 200,
+        print: (line) => first.push(line),
+        signal: AbortSignal.timeout(60_000),
+      });
+      assert.equal(held.exitCode, 4, first.join('\n'));
+      assert.ok(heldLine(first).length > 0, first.join('\n'));
+
+      // Another batch (the held document and one more) attaches to the held run rather than starting it again.
+      const again: string[] = [];
+      const report = await processDocuments(env.client, config, local.blobs, [heldFile, otherFile], {
+        everyMs: 200,
+        print: (line) => again.push(line),
+        signal: AbortSignal.timeout(60_000),
+      });
+      const text = again.join('\n');
+      assert.match(text, new RegExp(`document-${heldId} \\(resuming the run already under way\\)`));
+      assert.ok(heldLine(again).length > 0, text);
+      assert.equal(report.exitCode, 4, text);
+      assert.match(text, /1 of 2 document\(s\) published, 1 held for a verdict on their delivery, 0 failed/);
+      assert.equal(heldPosts, 1, 'the held delivery was posted again');
+      // Ends the held run, so the second batch's wait on it (an activity) ends before the worker stops.
+      await env.client.workflow.getHandle(workflowIdFor(heldId)).terminate('the test is over');
+    });
+  });
+});
