@@ -42,6 +42,7 @@ import { startModelServer } from '../src/cli/demo/model-server';
 import type { ChatRequest, ModelServer } from '../src/cli/demo/model-server';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import { completion, startCrashableWorker, writeWorkflowBundle } from './helpers';
+import { mulberry32 } from './random';
 import { freePort, tempDir } from './scratch';
 import { freshDatabase, onDatabase } from './postgres';
 import { startLocalDevServer } from '../src/temporal/local-server';
@@ -97,17 +98,6 @@ type HostName = (typeof HOSTS)[number];
 const TEST_TIMEOUT_MS = 420_000;
 const DIAGNOSIS_MS = 30_000;
 
-/** mulberry32: a tiny seeded PRNG, good enough to make a chaos run replayable. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 /** The scenario's own stream of choices: the two scenarios run at once, each replayable from the seed. */
 function seededChoices(seed: number) {
   const random = mulberry32(seed);

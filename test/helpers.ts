@@ -37,8 +37,10 @@ import { remoteModel } from '../src/model/choose';
 import { openaiCompatible } from '../src/model/provider-openai-compatible';
 import type { DocumentModel } from '../src/model/types';
 import type { PublicationStore } from '../src/publisher/publication-store';
-import { SqliteDeliveryLedger } from '../src/publisher/ledger-store';
+import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
 import type { DeliveryLedger, LedgerEntry } from '../src/publisher/ledger';
+import { openPostgres, postgresSql } from '../src/store/sql-postgres';
+import { freshSchema } from './postgres';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publisher } from '../src/publisher/types';
 import type { StartedPipeline } from '../src/runs/submit';
@@ -294,6 +296,21 @@ export function scratchLedger(defer: Defer): DeliveryLedger {
   const ledger = new SqliteDeliveryLedger(path.join(scratchDir(defer, 'ledger-'), 'ledger.db'));
   defer(() => ledger.close());
   return ledger;
+}
+
+/** A delivery ledger on each backend, fresh for each call of `ledger`, closed after the file's tests. */
+export function ledgerBackends(defer: Defer): { name: string; ledger(): Promise<DeliveryLedger> }[] {
+  return [
+    { name: 'SQLite', ledger: () => Promise.resolve(scratchLedger(defer)) },
+    {
+      name: 'PostgreSQL',
+      async ledger() {
+        const pool = await openPostgres(await freshSchema(defer));
+        defer(() => pool.end());
+        return new SqlDeliveryLedger(postgresSql(pool));
+      },
+    },
+  ];
 }
 
 /** The open claim under `key`, as an operator's listing shows it: what a verdict on it names. */

@@ -11,46 +11,19 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
-import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
-import type { DeliveryLedger } from '../src/publisher/ledger';
-import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
 import { resolveDelivery } from '../src/publisher/reconcile';
 import type { Publication } from '../src/publisher/types';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
-import { openPostgres, postgresSql } from '../src/store/sql-postgres';
-import { closeServer, listenOnLoopback, openClaimOf, webhookPublisher } from './helpers';
-import { freshSchema } from './postgres';
-import { cleanupAfterAll, scratchDir } from './scratch';
+import { closeServer, ledgerBackends, listenOnLoopback, openClaimOf, webhookPublisher } from './helpers';
+import { cleanupAfterAll } from './scratch';
 
 const defer = cleanupAfterAll();
 const NO_ABORT = new AbortController().signal;
 
-interface Backend {
-  name: string;
-  ledger(): Promise<DeliveryLedger>;
-}
-
-const BACKENDS: Backend[] = [
-  {
-    name: 'SQLite',
-    ledger() {
-      const ledger = new SqliteDeliveryLedger(path.join(scratchDir(defer, 'ledger-claims-'), 'ledger.db'));
-      defer(() => ledger.close());
-      return Promise.resolve(ledger);
-    },
-  },
-  {
-    name: 'PostgreSQL',
-    async ledger() {
-      const pool = await openPostgres(await freshSchema(defer));
-      defer(() => pool.end());
-      return new SqlDeliveryLedger(postgresSql(pool));
-    },
-  },
-];
+const BACKENDS = ledgerBackends(defer);
 
 /** How the receiver's GET /publications/{key} answers. */
 type LookupMode =

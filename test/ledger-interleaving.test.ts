@@ -11,20 +11,17 @@
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
 import type { DeliveryLedger } from '../src/publisher/ledger';
-import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
 import { resolveDelivery } from '../src/publisher/reconcile';
 import type { Publication, Receipt } from '../src/publisher/types';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
-import { openPostgres, postgresSql } from '../src/store/sql-postgres';
-import { closeServer, listenOnLoopback, webhookPublisher } from './helpers';
-import { freshSchema } from './postgres';
-import { cleanupAfterAll, scratchDir } from './scratch';
+import { closeServer, ledgerBackends, listenOnLoopback, webhookPublisher } from './helpers';
+import { mulberry32 } from './random';
+import { cleanupAfterAll } from './scratch';
 
 const defer = cleanupAfterAll();
 const NO_ABORT = new AbortController().signal;
@@ -37,18 +34,6 @@ const IN_FLIGHT_MS = deliveryOf(
 ).inFlightMs;
 const PLANS_PER_BACKEND = 3;
 const STEPS_PER_PLAN = 5;
-
-/** A small seeded generator (mulberry32): the same plans on every run. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type PostFault = 'none' | 'lose-answer' | 'lose-request' | 'stall';
 type LookupFault = 'answer' | 'timeout' | 'cut';
@@ -116,32 +101,6 @@ async function receiver() {
   };
 }
 
-interface Backend {
-  name: string;
-  ledger(): Promise<DeliveryLedger>;
-}
-
-const BACKENDS: Backend[] = [
-  {
-    name: 'SQLite',
-    ledger() {
-      const ledger = new SqliteDeliveryLedger(
-        path.join(scratchDir(defer, 'ledger-interleave-'), 'ledger.db'),
-      );
-      defer(() => ledger.close());
-      return Promise.resolve(ledger);
-    },
-  },
-  {
-    name: 'PostgreSQL',
-    async ledger() {
-      const pool = await openPostgres(await freshSchema(defer));
-      defer(() => pool.end());
-      return new SqlDeliveryLedger(postgresSql(pool));
-    },
-  },
-];
-
 const version = (n: number): string => `sha256:${n.toString(16).padStart(64, '0')}`;
 
 interface Run {
@@ -189,14 +148,14 @@ async function settle(
   }
 }
 
-for (const backend of BACKENDS) {
+for (const backend of ledgerBackends(defer)) {
   describe(`runs of one document through edits, reverts, reruns and faults (${backend.name})`, () => {
     for (let plan = 1; plan <= PLANS_PER_BACKEND; plan++) {
       it(
         `plan ${plan}: one effect per version and text, the receiver shows the file, every report matches`,
         { timeout: 300_000 },
         async () => {
-          const next = random(plan * 7919 + backend.name.length);
+          const next = mulberry32(plan * 7919 + backend.name.length);
           const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!;
           const ledger = await backend.ledger();
           const target = await receiver();

@@ -19,6 +19,8 @@ import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
 import { scratchLedger, webhookPublisher } from './helpers';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
+import { rawRequest } from './raw-http';
+import type { RawAnswer } from './raw-http';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -58,13 +60,8 @@ async function target(
   return { url: receiver.url, store };
 }
 
-interface Answer {
-  status: number;
-  body: string;
-}
-
 /** POSTs `body` with exactly these headers (Host included, which fetch would not let a test set). */
-function post(url: string, body: string, headers: Record<string, string> = {}): Promise<Answer> {
+function post(url: string, body: string, headers: Record<string, string> = {}): Promise<RawAnswer> {
   return send('POST', url, body, { 'content-type': 'application/json', ...headers });
 }
 
@@ -74,19 +71,8 @@ function send(
   url: string,
   body: string,
   headers: Record<string, string>,
-): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, { method, headers });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () =>
-        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
-      );
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+): Promise<RawAnswer> {
+  return rawRequest(method, url, { headers, body });
 }
 
 /** POSTs a publication under `key`, signed with `secret` at `now` as the webhook publisher would. */
@@ -96,7 +82,7 @@ function signedPost(
   doc: Publication,
   key: string,
   { now = Date.now(), headers = {} }: { now?: number; headers?: Record<string, string> } = {},
-): Promise<Answer> {
+): Promise<RawAnswer> {
   const body = JSON.stringify(doc);
   return post(url, body, { 'idempotency-key': key, ...signer(secret)(key, body, now), ...headers });
 }
@@ -368,7 +354,7 @@ function upload(
   total: number,
   headers: Record<string, string>,
   sendAtMost = total,
-): Promise<Answer & { sent: number }> {
+): Promise<RawAnswer & { sent: number }> {
   return new Promise((resolve, reject) => {
     const chunk = Buffer.alloc(64 * 1024, ' ');
     const req = http.request(url, {
@@ -420,7 +406,7 @@ describe('publish target: refusing early', () => {
     url: string,
     headers: Record<string, string>,
     length: number,
-  ): Promise<Answer | 'no answer'> {
+  ): Promise<RawAnswer | 'no answer'> {
     const { hostname, port } = new URL(url);
     return new Promise((resolve) => {
       const socket = net.connect(Number(port), hostname);
@@ -505,7 +491,7 @@ describe('publish target: the lookup by key', () => {
     const { url } = await target({ secret });
     const doc = publication();
     assert.equal((await signedPost(url, secret, doc, 'run-1:publish')).status, 201);
-    const ask = (key: string, headers: Record<string, string>): Promise<Answer> =>
+    const ask = (key: string, headers: Record<string, string>): Promise<RawAnswer> =>
       send('GET', `${url}/${encodeURIComponent(key)}`, '', headers);
     const signedAsk = (key: string) => ask(key, { 'idempotency-key': key, ...signer(secret)(key, '') });
     const found = await signedAsk('run-1:publish');

@@ -20,6 +20,8 @@ import { signer } from '../src/publisher/signature';
 import type { Publication } from '../src/publisher/types';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
 import { scratchLedger, webhookPublisher } from './helpers';
+import { rawRequest } from './raw-http';
+import type { RawAnswer } from './raw-http';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -48,14 +50,9 @@ async function target(options: ReceiverOptions = {}): Promise<{ url: string; sto
   return { url: receiver.url, store };
 }
 
-interface Answer {
-  status: number;
-  body: string;
-}
-
 /**
- * Sends one request with exactly this target path (node does not re-encode it, so a malformed percent-encoding
- * goes out as written) and reads the whole answer; gives up after 5 s.
+ * Sends one request with exactly this target path (a malformed percent-encoding goes out as written) and reads the
+ * whole answer; gives up after 5 s.
  */
 function send(
   method: 'GET' | 'POST',
@@ -63,27 +60,8 @@ function send(
   requestPath: string,
   headers: Record<string, string> = {},
   body = '',
-): Promise<Answer> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      method,
-      hostname,
-      port,
-      path: requestPath,
-      headers,
-      signal: AbortSignal.timeout(5_000),
-    });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () =>
-        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
-      );
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+): Promise<RawAnswer> {
+  return rawRequest(method, url, { path: requestPath, headers, body });
 }
 
 /** Runs `action` with console.error collected instead of printed, and returns what it logged. */
@@ -335,7 +313,7 @@ describe('publish target: the lookup by key answers in its documented shape', ()
   it('200 names the key, document, revision and version; 404 names the key; a query string is ignored; an unknown route names no key', async () => {
     const { url } = await target();
     const doc = publication();
-    const post = (requestPath: string, key: string, body: Publication): Promise<Answer> =>
+    const post = (requestPath: string, key: string, body: Publication): Promise<RawAnswer> =>
       send(
         'POST',
         url,
