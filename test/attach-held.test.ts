@@ -1,5 +1,6 @@
 /**
- * A resubmission that attaches to a held run shows it held: a second batch (another manifest) that finds the
+ * A batch whose window fills with a held run tells the documents it never started from failed ones; and a
+ * resubmission that attaches to a held run shows it held: a second batch (another manifest) that finds the
  * document's run under way and held prints the HELD line, as the first did, and ends with the held exit code
  * instead of waiting on the run without a word.
  */
@@ -36,6 +37,67 @@ before(async () => {
   defer(() => env.teardown());
 });
 
+/** A receiver that ignores keys and loses its answer to `heldId`'s first POST (after applying it). */
+async function receiverLosing(heldId: string): Promise<{ url: string; heldPosts: () => number }> {
+  let heldPosts = 0;
+  const receiver = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const { documentId } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { documentId: string };
+      if (documentId === heldId && ++heldPosts === 1) return void req.socket.destroy();
+      res.writeHead(201, { 'content-type': 'application/json' }).end('{"revision": 1}');
+    });
+  });
+  const origin = await listenOnLoopback(receiver);
+  defer(() => closeServer(receiver));
+  return { url: `${origin}/publications`, heldPosts: () => heldPosts };
+}
+
+describe('a batch whose window fills with a held run', () => {
+  it(
+    'lists the documents it never started as not started, never as failed (BATCH_WINDOW=1)',
+    { timeout: 150_000 },
+    async () => {
+      const dir = scratchDir(defer, 'held-window-');
+      const files = ['a-held.md', 'b.md', 'c.md'].map((name) => path.join(dir, name));
+      for (const file of files)
+        fs.writeFileSync(file, `# ${path.basename(file)} ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
+      const heldId = documentIdOf(files[0]!);
+      const receiver = await receiverLosing(heldId);
+      const publisher = webhookPublisher(defer, receiver.url, {
+        ledger: scratchLedger(defer),
+        policy: 'hold',
+        timeoutMs: 1_000,
+      });
+      const local = await tempParts(defer, { publisher });
+      const taskQueue = `held-window-${randomUUID()}`;
+      const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue, BATCH_WINDOW: '1' });
+      const worker = await pipelineWorker(env, taskQueue, local.deps);
+      await worker.runUntil(async () => {
+        const lines: string[] = [];
+        const report = await processDocuments(env.client, config, local.blobs, files, {
+          everyMs: 200,
+          print: (line) => lines.push(line),
+          signal: AbortSignal.timeout(60_000),
+        });
+        const text = lines.join('\n');
+        assert.equal(report.exitCode, 4, text);
+        assert.deepEqual(
+          lines.filter((l) => l.startsWith('FAILED ')),
+          [],
+          text,
+        );
+        assert.match(
+          text,
+          /0 of 3 document\(s\) published, 1 held for a verdict on their delivery, 2 not started yet/,
+        );
+        await env.client.workflow.getHandle(workflowIdFor(heldId)).terminate('the test is over');
+      });
+    },
+  );
+});
+
 describe('a resubmission that attaches to a held run', () => {
   it('prints the HELD line and ends with exit code 4', { timeout: 150_000 }, async () => {
     const dir = scratchDir(defer, 'attach-held-');
@@ -44,20 +106,8 @@ describe('a resubmission that attaches to a held run', () => {
     fs.writeFileSync(heldFile, `# Held ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
     fs.writeFileSync(otherFile, `# Other ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
     const heldId = documentIdOf(heldFile);
-    // A receiver that ignores keys and loses its answer to the held document's first POST (after applying it).
-    let heldPosts = 0;
-    const receiver = http.createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        const { documentId } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { documentId: string };
-        if (documentId === heldId && ++heldPosts === 1) return void req.socket.destroy();
-        res.writeHead(201, { 'content-type': 'application/json' }).end('{"revision": 1}');
-      });
-    });
-    const origin = await listenOnLoopback(receiver);
-    defer(() => closeServer(receiver));
-    const publisher = webhookPublisher(defer, `${origin}/publications`, {
+    const receiver = await receiverLosing(heldId);
+    const publisher = webhookPublisher(defer, receiver.url, {
       ledger: scratchLedger(defer),
       policy: 'hold',
       timeoutMs: 1_000,
@@ -90,7 +140,7 @@ describe('a resubmission that attaches to a held run', () => {
       assert.ok(heldLine(again).length > 0, text);
       assert.equal(report.exitCode, 4, text);
       assert.match(text, /1 of 2 document\(s\) published, 1 held for a verdict on their delivery, 0 failed/);
-      assert.equal(heldPosts, 1, 'the held delivery was posted again');
+      assert.equal(receiver.heldPosts(), 1, 'the held delivery was posted again');
       // Ends the held run, so the second batch's wait on it (an activity) ends before the worker stops.
       await env.client.workflow.getHandle(workflowIdFor(heldId)).terminate('the test is over');
     });
