@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
-import { documentPipeline, progressQuery } from '../../workflows';
+import { documentPipeline } from '../../workflows';
 import type { BlobStore } from '../documents/blobs';
 import type { DocumentFile } from '../documents/files';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS, workflowIdFor } from '../contract';
@@ -120,43 +120,6 @@ const MARK: Record<StepState, string> = {
   held: '⏸ held',
   budget: '⏸ waiting for budget',
 };
-
-/**
- * Prints each step's state change for every unfinished run until all have ended. Progress comes from the
- * workflow's `progress` query, so it needs a worker; while none is polling, lines simply stop for a while.
- */
-export async function followProgress(
-  submissions: readonly Submission[],
-  print: (line: string) => void = console.log,
-  everyMs = 500,
-): Promise<void> {
-  const shown = new Map<string, string>();
-  const ended = new Set<string>();
-  const following = submissions.filter((s) => s.attachedTo !== 'completed');
-  for (const s of following) {
-    s.handle.result().then(
-      () => ended.add(s.workflowId),
-      () => ended.add(s.workflowId),
-    );
-  }
-  const poll = async (s: Submission): Promise<void> => {
-    try {
-      const line = describeProgress(await s.handle.query(progressQuery));
-      if (shown.get(s.workflowId) === line) return;
-      shown.set(s.workflowId, line);
-      print(`  ${s.document.title.slice(0, 44).padEnd(44)} ${line}`);
-    } catch {
-      // The run just closed, or no worker answered in time: the next round (or the result table) tells.
-    }
-  };
-  for (;;) {
-    const open = following.filter((s) => !ended.has(s.workflowId));
-    // Only open runs: querying a closed run makes a worker replay its whole history just to answer.
-    await Promise.all(open.map(poll));
-    if (open.length === 0) return;
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
-}
 
 /** One line describing step states, e.g. `summarize ✓  tag …  publish ·`. */
 export function describeProgress(progress: PipelineProgress): string {
