@@ -51,6 +51,8 @@ before(async () => {
 interface Effect {
   key: string;
   documentId: string;
+  /** The document version the publication carried. */
+  textRef: string;
 }
 
 interface ReceiverOptions {
@@ -58,7 +60,7 @@ interface ReceiverOptions {
   dedupes: boolean;
   /** Echoes Idempotency-Key in its answer (shows that it dedupes). */
   echoes: boolean;
-  /** Serves `GET /publications/<key>` (200 or 404), for PUBLISH_WEBHOOK_LOOKUP_URL. */
+  /** Serves `GET /publications/<key>` (200 or 404, naming the key), for PUBLISH_WEBHOOK_LOOKUP_URL. */
   lookup: boolean;
   /** The status a gateway in front answers for POST n (from 1), the origin having applied it; else 201. */
   gateway?: (n: number) => number | undefined;
@@ -77,11 +79,19 @@ async function testReceiver(options: ReceiverOptions) {
       if (req.method === 'GET' && lookup?.[1] !== undefined && options.lookup) {
         const key = decodeURIComponent(lookup[1]);
         const found = effects.find((e) => e.key === key);
-        if (found === undefined) res.writeHead(404).end('{}');
-        else res.writeHead(200, { 'content-type': 'application/json' }).end('{"revision": 1}');
+        // The documented shape (docs/deploy.md, the lookup by key): the key, and for a delivery its version.
+        if (found === undefined)
+          res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
+        else
+          res
+            .writeHead(200, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ idempotencyKey: key, revision: 1, textRef: found.textRef }));
         return;
       }
-      const body = JSON.parse((await readBody(req)).toString('utf8')) as { documentId: string };
+      const body = JSON.parse((await readBody(req)).toString('utf8')) as {
+        documentId: string;
+        textRef: string;
+      };
       posts += 1;
       const key = String(req.headers['idempotency-key']);
       if (options.redirectTo !== undefined) {
@@ -90,7 +100,7 @@ async function testReceiver(options: ReceiverOptions) {
       }
       const seen = effects.some((e) => e.key === key);
       if (!(options.dedupes && seen)) {
-        const effect = { key, documentId: body.documentId };
+        const effect = { key, documentId: body.documentId, textRef: body.textRef };
         effects.push(effect);
         state.afterEffect?.(effect);
       }
