@@ -205,6 +205,26 @@ for (const backend of BACKENDS) {
       );
     });
 
+    it("a stale run's older version, published late, does not supersede a newer run's open claim (case 7)", async () => {
+      const ledger = await backend.ledger();
+      const id = `doc-${randomUUID()}`;
+      const delivery = (key: string, n: number, scheduledAt: number) => ({
+        ...deliveryOf({ ...publication(id, version(n)), scheduledAt }, key, 0),
+        inFlightMs: 0,
+      });
+      // Run 2 sends version 2 and loses the answer: its claim stays open.
+      assert.equal((await ledger.claim(delivery('run-2:publish', 2, 2_000), 'run-2-attempt')).kind, 'fresh');
+      await ledger.note('run-2:publish', 'run-2-attempt', 'no answer within 1000 ms');
+      // Run 1, scheduled before it (version 1, a stale run), publishes late.
+      assert.equal((await ledger.claim(delivery('run-1:publish', 1, 1_000), 'run-1-attempt')).kind, 'fresh');
+      const receipt = { documentId: id, revision: 1, duplicate: false, superseded: true };
+      await ledger.delivered('run-1:publish', 'run-1-attempt', receipt, undefined);
+      // Run 3 resubmits version 2: run 2's open claim is still the delivery of that version.
+      const claim = await ledger.claim(delivery('run-3:publish', 2, 3_000), 'run-3-attempt');
+      assert.equal(claim.kind, 'open', "a stale run's late delivery superseded the newer version's claim");
+      assert.equal(claim.kind === 'open' ? claim.entry.idempotencyKey : undefined, 'run-2:publish');
+    });
+
     it('a lookup that answers 200 to everything (a single-page app) settles nothing: held, not reported published (case 8)', async () => {
       const ledger = await backend.ledger();
       const target = await receiver('spa');

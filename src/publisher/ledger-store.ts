@@ -20,9 +20,9 @@ export class SqlDeliveryLedger implements DeliveryLedger {
       const now = tx.now();
       // The row is made first (unsent, nothing sent yet), so what this delivery learns later has a row to go to.
       await tx.run(
-        sql`INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, state, attempts,
-          created_at, updated_at) VALUES (${key}, ${delivery.workflowId}, ${documentId}, ${version}, 'unsent', 0,
-          ${now}, ${now}) ON CONFLICT (idempotency_key) DO NOTHING`,
+        sql`INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, text_ref, scheduled_at, state,
+          attempts, created_at, updated_at) VALUES (${key}, ${delivery.workflowId}, ${documentId}, ${version},
+          ${delivery.scheduledAt ?? null}, 'unsent', 0, ${now}, ${now}) ON CONFLICT (idempotency_key) DO NOTHING`,
       );
       // Locked until commit (FOR UPDATE, or SQLite's write lock): claimers of one key take turns from here.
       const found = await tx.first(
@@ -32,16 +32,18 @@ export class SqlDeliveryLedger implements DeliveryLedger {
       const claim = claimFromRow(found, owner, nowMs);
       if (claim !== 'take') return claim;
       // An earlier run's open claim on this same version is this delivery's too, unless it is still its own
-      // attempt's to settle (its POST may be under way), or a newer version of the document was claimed or
-      // delivered after it: then the file moved on (an edit, then a revert), and what was sent then is not what
-      // the receiver shows now.
+      // attempt's to settle (its POST may be under way), or another version of the document was claimed or
+      // delivered by a later run: then the file moved on (an edit, then a revert), and what was sent then is not
+      // what the receiver shows now. Runs are ordered by their publications' scheduledAt where both rows have one
+      // (a stale run that publishes late supersedes nothing), else by when their rows were made.
       const earlier = await tx.first(
         sql`SELECT ${ENTRY} FROM delivery_ledger AS open WHERE document_id = ${documentId} AND text_ref = ${version}
           AND state = 'claimed' AND idempotency_key <> ${key}
           AND (last_error IS NOT NULL OR updated_at <= ${tx.ago(delivery.inFlightMs)})
           AND NOT EXISTS (SELECT 1 FROM delivery_ledger AS newer WHERE newer.document_id = ${documentId}
             AND newer.text_ref <> ${version} AND newer.state IN ('claimed', 'delivered')
-            AND newer.created_at > open.created_at)
+            AND CASE WHEN newer.scheduled_at IS NOT NULL AND open.scheduled_at IS NOT NULL
+              THEN newer.scheduled_at > open.scheduled_at ELSE newer.created_at > open.created_at END)
           ORDER BY updated_at LIMIT 1`,
       );
       if (earlier !== undefined) return { kind: 'open', entry: ledgerEntry(earlier, nowMs) };

@@ -50,6 +50,11 @@ export interface Delivery {
   /** The version published (the text's reference): another run's open claim on it is this delivery's too. */
   version: string;
   /**
+   * The publication's scheduledAt: the order of the document's runs. A claim or delivery of another version from a
+   * later run supersedes this one's open claim, and not one from an earlier run (a stale run publishing late).
+   */
+  scheduledAt?: number | undefined;
+  /**
    * How long another run's claim may still have its POST under way (the request timeout and a grace), unless its
    * attempt already said it ended unanswered: such a claim is its own attempt's to settle (a run a reset replaced,
    * still sending; the receiver orders the two), not one this delivery inherits.

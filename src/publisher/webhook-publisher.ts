@@ -274,6 +274,7 @@ export function deliveryOf(publication: Publication, idempotencyKey: string, tim
     workflowId: workflowIdFor(publication.documentId),
     documentId: publication.documentId,
     version: publication.textRef,
+    scheduledAt: publication.scheduledAt,
     inFlightMs: timeoutMs + IN_FLIGHT_GRACE_MS,
   };
 }

@@ -304,4 +304,12 @@ export const MIGRATIONS: readonly Migration[] = [
       },
     },
   },
+  {
+    version: 7,
+    name: "the order of a delivery's run among its document's runs, so a newer version supersedes an older one",
+    up: {
+      // NULL: a delivery from before it, ordered by when its row was made.
+      ledger: (db) => addColumn(db, 'delivery_ledger', 'scheduled_at', TYPES[db.dialect].bigint),
+    },
+  },
 ];

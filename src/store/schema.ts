@@ -51,6 +51,8 @@ export interface DeliveryLedgerTable {
   receiver_echoed_key: Flag;
   echoed_by: string | null;
   text_ref: string | null;
+  /** The publication's scheduledAt: the order of the runs of a document; null for rows from before it. */
+  scheduled_at: ColumnType<number | null, number | null | undefined, number | null>;
   last_error: string | null;
   created_at: Time;
   updated_at: Time;
