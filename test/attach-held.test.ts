@@ -54,6 +54,33 @@ async function receiverLosing(heldId: string): Promise<{ url: string; heldPosts:
   return { url: `${origin}/publications`, heldPosts: () => heldPosts };
 }
 
+/**
+ * A worker whose webhook loses the answer to `heldId`'s first POST (so its delivery is held, policy `hold`), and
+ * a client that runs batches on it with `settings`, collecting what it prints.
+ */
+async function pipelineHolding(heldId: string, settings: Record<string, string> = {}) {
+  const receiver = await receiverLosing(heldId);
+  const publisher = webhookPublisher(defer, receiver.url, {
+    ledger: scratchLedger(defer),
+    policy: 'hold',
+    timeoutMs: 1_000,
+  });
+  const local = await tempParts(defer, { publisher });
+  const taskQueue = `held-${randomUUID()}`;
+  const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue, ...settings });
+  const worker = await pipelineWorker(env, taskQueue, local.deps);
+  const batch = async (files: string[]) => {
+    const lines: string[] = [];
+    const report = await processDocuments(env.client, config, local.blobs, files, {
+      everyMs: 200,
+      print: (line) => lines.push(line),
+      signal: AbortSignal.timeout(60_000),
+    });
+    return { lines, text: lines.join('\n'), exitCode: report.exitCode };
+  };
+  return { receiver, worker, batch };
+}
+
 describe('a batch whose window fills with a held run', () => {
   it(
     'lists the documents it never started as not started, never as failed (BATCH_WINDOW=1)',
@@ -64,25 +91,10 @@ describe('a batch whose window fills with a held run', () => {
       for (const file of files)
         fs.writeFileSync(file, `# ${path.basename(file)} ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
       const heldId = documentIdOf(files[0]!);
-      const receiver = await receiverLosing(heldId);
-      const publisher = webhookPublisher(defer, receiver.url, {
-        ledger: scratchLedger(defer),
-        policy: 'hold',
-        timeoutMs: 1_000,
-      });
-      const local = await tempParts(defer, { publisher });
-      const taskQueue = `held-window-${randomUUID()}`;
-      const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue, BATCH_WINDOW: '1' });
-      const worker = await pipelineWorker(env, taskQueue, local.deps);
+      const { worker, batch } = await pipelineHolding(heldId, { BATCH_WINDOW: '1' });
       await worker.runUntil(async () => {
-        const lines: string[] = [];
-        const report = await processDocuments(env.client, config, local.blobs, files, {
-          everyMs: 200,
-          print: (line) => lines.push(line),
-          signal: AbortSignal.timeout(60_000),
-        });
-        const text = lines.join('\n');
-        assert.equal(report.exitCode, 4, text);
+        const { lines, text, exitCode } = await batch(files);
+        assert.equal(exitCode, 4, text);
         assert.deepEqual(
           lines.filter((l) => l.startsWith('FAILED ')),
           [],
@@ -106,39 +118,19 @@ describe('a resubmission that attaches to a held run', () => {
     fs.writeFileSync(heldFile, `# Held ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
     fs.writeFileSync(otherFile, `# Other ${randomUUID()}\n\n${SAMPLE_TEXT}\n`);
     const heldId = documentIdOf(heldFile);
-    const receiver = await receiverLosing(heldId);
-    const publisher = webhookPublisher(defer, receiver.url, {
-      ledger: scratchLedger(defer),
-      policy: 'hold',
-      timeoutMs: 1_000,
-    });
-    const local = await tempParts(defer, { publisher });
-    const taskQueue = `attach-held-${randomUUID()}`;
-    const config = loadConfig({ DATA_DIR: local.dir, TEMPORAL_TASK_QUEUE: taskQueue });
-    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const { receiver, worker, batch } = await pipelineHolding(heldId);
     const heldLine = (lines: string[]) => lines.filter((l) => l.startsWith(`HELD ${heldFile}: `));
 
     await worker.runUntil(async () => {
-      const first: string[] = [];
-      const held = await processDocuments(env.client, config, local.blobs, [heldFile], {
-        everyMs: 200,
-        print: (line) => first.push(line),
-        signal: AbortSignal.timeout(60_000),
-      });
-      assert.equal(held.exitCode, 4, first.join('\n'));
-      assert.ok(heldLine(first).length > 0, first.join('\n'));
+      const first = await batch([heldFile]);
+      assert.equal(first.exitCode, 4, first.text);
+      assert.ok(heldLine(first.lines).length > 0, first.text);
 
       // Another batch (the held document and one more) attaches to the held run rather than starting it again.
-      const again: string[] = [];
-      const report = await processDocuments(env.client, config, local.blobs, [heldFile, otherFile], {
-        everyMs: 200,
-        print: (line) => again.push(line),
-        signal: AbortSignal.timeout(60_000),
-      });
-      const text = again.join('\n');
+      const { lines: again, text, exitCode } = await batch([heldFile, otherFile]);
       assert.match(text, new RegExp(`document-${heldId} \\(resuming the run already under way\\)`));
       assert.ok(heldLine(again).length > 0, text);
-      assert.equal(report.exitCode, 4, text);
+      assert.equal(exitCode, 4, text);
       assert.match(text, /1 of 2 document\(s\) published, 1 held for a verdict on their delivery, 0 failed/);
       assert.equal(receiver.heldPosts(), 1, 'the held delivery was posted again');
       // Ends the held run, so the second batch's wait on it (an activity) ends before the worker stops.

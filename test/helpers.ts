@@ -313,6 +313,27 @@ export function ledgerBackends(defer: Defer): { name: string; ledger(): Promise<
   ];
 }
 
+/** The key a receiver's lookup GET asks about: `/publications/<key>`, its query string aside. */
+export function lookupKeyOf(req: http.IncomingMessage): string {
+  return decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
+}
+
+/**
+ * Answers a receiver's lookup by key in the documented shape (docs/deploy.md, the lookup by key): 200 naming the
+ * key, the revision and the version delivered under it; 404 naming the key, `found: false`, when nothing was.
+ */
+export function answerLookup(
+  res: http.ServerResponse,
+  key: string,
+  delivered: { revision: number; textRef: string } | undefined,
+): void {
+  if (delivered === undefined) res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
+  else
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ idempotencyKey: key, ...delivered }));
+}
+
 /** The open claim under `key`, as an operator's listing shows it: what a verdict on it names. */
 export async function openClaimOf(ledger: DeliveryLedger, key: string): Promise<LedgerEntry> {
   const entry = (await ledger.openClaims()).find((e) => e.idempotencyKey === key);

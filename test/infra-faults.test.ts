@@ -33,7 +33,7 @@ import { workflowIdFor } from '../src/contract';
 import { documentIdOf } from '../src/documents/files';
 import { recoveryReport } from '../src/runs/history';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
-import { devServerEnv, SAMPLE_TEXT } from './helpers';
+import { answerLookup, devServerEnv, SAMPLE_TEXT } from './helpers';
 import { networkNamespace } from './netns';
 import { freshDatabase, onDatabase, TEST_DATABASE_URL } from './postgres';
 import { cleanupAfterAll, scratchDir } from './scratch';
@@ -79,13 +79,7 @@ async function testReceiver(options: ReceiverOptions) {
       if (req.method === 'GET' && lookup?.[1] !== undefined && options.lookup) {
         const key = decodeURIComponent(lookup[1]);
         const found = effects.find((e) => e.key === key);
-        // The documented shape (docs/deploy.md, the lookup by key): the key, and for a delivery its version.
-        if (found === undefined)
-          res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
-        else
-          res
-            .writeHead(200, { 'content-type': 'application/json' })
-            .end(JSON.stringify({ idempotencyKey: key, revision: 1, textRef: found.textRef }));
+        answerLookup(res, key, found && { revision: 1, textRef: found.textRef });
         return;
       }
       const body = JSON.parse((await readBody(req)).toString('utf8')) as {

@@ -11,13 +11,23 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
+import type { DeliveryLedger } from '../src/publisher/ledger';
 import { resolveDelivery } from '../src/publisher/reconcile';
 import type { Publication } from '../src/publisher/types';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
-import { closeServer, ledgerBackends, listenOnLoopback, openClaimOf, webhookPublisher } from './helpers';
+import {
+  answerLookup,
+  closeServer,
+  ledgerBackends,
+  listenOnLoopback,
+  lookupKeyOf,
+  openClaimOf,
+  webhookPublisher,
+} from './helpers';
 import { cleanupAfterAll } from './scratch';
 
 const defer = cleanupAfterAll();
@@ -57,16 +67,12 @@ async function receiver(mode: LookupMode = 'keyed') {
       if (mode === 'spa')
         return void res.writeHead(200, { 'content-type': 'text/html' }).end('<html></html>');
       if (mode === 'no-route') return void res.writeHead(404).end(JSON.stringify({ error: 'not found' }));
-      const key = decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
+      const key = lookupKeyOf(req);
       const effect = effects.find((e) => e.key === key);
-      if (effect === undefined)
-        return void res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
-      return void res.writeHead(200).end(
-        JSON.stringify({
-          idempotencyKey: key,
-          revision: effects.indexOf(effect) + 1,
-          textRef: effect.textRef,
-        }),
+      return answerLookup(
+        res,
+        key,
+        effect && { revision: effects.indexOf(effect) + 1, textRef: effect.textRef },
       );
     }
     let body = '';
@@ -153,11 +159,11 @@ for (const backend of BACKENDS) {
       const ledger = await backend.ledger();
       const target = await receiver();
       const doc = publication(`doc-${randomUUID()}`, version(1));
-      const publisher = webhookPublisher(defer, target.url, { ledger, policy: 'hold', timeoutMs: 200 });
+      const publisher = holding(ledger, target.url);
       target.loseNext();
       await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
       // Run 2 of the same version (a resubmission) finds run 1's open claim once its POST cannot be under way.
-      await sleepPastInFlight(200);
+      await sleepPastInFlight();
       await assert.rejects(
         publisher.publish(doc, 'run-2:publish', NO_ABORT),
         isFailure(FailureType.DeliveryHeld),
@@ -166,7 +172,7 @@ for (const backend of BACKENDS) {
         ledger,
         'run-1:publish',
         { kind: 'delivered', revision: 1 },
-        { requestTimeoutMs: 200 },
+        { requestTimeoutMs: TIMEOUT_MS },
       );
       assert.equal(verdict.ok, true, verdict.message);
       const receipt = await publisher.publish(doc, 'run-2:publish', NO_ABORT);
@@ -183,18 +189,13 @@ for (const backend of BACKENDS) {
       const ledger = await backend.ledger();
       const target = await receiver();
       const id = `doc-${randomUUID()}`;
-      const publisher = webhookPublisher(defer, target.url, {
-        ledger,
-        policy: 'hold',
-        timeoutMs: 200,
-        lookupUrl: target.lookupUrl,
-      });
+      const publisher = holding(ledger, target.url, target.lookupUrl);
       // Version 1's answer is lost: its claim stays open (a lookup would say it landed).
       target.loseNext();
       await assert.rejects(publisher.publish(publication(id, version(1)), 'run-1:publish', NO_ABORT));
       // Edited: version 2 goes out.
       await publisher.publish(publication(id, version(2)), 'run-2:publish', NO_ABORT);
-      await sleepPastInFlight(200);
+      await sleepPastInFlight();
       // Reverted: version 1 again, in run 3. The receiver shows version 2; run 3 must publish version 1.
       const receipt = await publisher.publish(publication(id, version(1)), 'run-3:publish', NO_ABORT);
       assert.equal(receipt.duplicate, false, 'run 3 reported the stale version-1 delivery as its own');
@@ -229,17 +230,12 @@ for (const backend of BACKENDS) {
       const ledger = await backend.ledger();
       const target = await receiver('spa');
       const doc = publication(`doc-${randomUUID()}`, version(1));
-      const publisher = webhookPublisher(defer, target.url, {
-        ledger,
-        policy: 'hold',
-        timeoutMs: 200,
-        lookupUrl: target.lookupUrl,
-      });
+      const publisher = holding(ledger, target.url, target.lookupUrl);
       // The POST never arrived (the connection is cut before the receiver reads it): no effect.
-      const refused = await cutBeforeEffect(target.url);
-      const lost = webhookPublisher(defer, refused, { ledger, policy: 'hold', timeoutMs: 200 });
+      const refused = await cutBeforeEffect();
+      const lost = holding(ledger, refused);
       await assert.rejects(lost.publish(doc, 'run-1:publish', NO_ABORT));
-      await sleepPastInFlight(200);
+      await sleepPastInFlight();
       await assert.rejects(
         publisher.publish(doc, 'run-1:publish', NO_ABORT),
         isFailure(FailureType.DeliveryHeld),
@@ -253,15 +249,10 @@ for (const backend of BACKENDS) {
       const ledger = await backend.ledger();
       const target = await receiver('no-route');
       const doc = publication(`doc-${randomUUID()}`, version(1));
-      const publisher = webhookPublisher(defer, target.url, {
-        ledger,
-        policy: 'hold',
-        timeoutMs: 200,
-        lookupUrl: target.lookupUrl,
-      });
+      const publisher = holding(ledger, target.url, target.lookupUrl);
       target.loseNext();
       await assert.rejects(publisher.publish(doc, 'run-1:publish', NO_ABORT));
-      await sleepPastInFlight(200);
+      await sleepPastInFlight();
       await assert.rejects(
         publisher.publish(doc, 'run-2:publish', NO_ABORT),
         isFailure(FailureType.DeliveryHeld),
@@ -277,14 +268,14 @@ for (const backend of BACKENDS) {
       const ledger = await backend.ledger();
       const target = await receiver();
       const doc = publication(`doc-${randomUUID()}`, version(1));
-      const publisher = webhookPublisher(defer, target.url, { ledger, policy: 'hold', timeoutMs: 200 });
+      const publisher = holding(ledger, target.url);
       target.answerNextWith(303);
       await assert.rejects(
         publisher.publish(doc, 'run-1:publish', NO_ABORT),
         isFailure(FailureType.PublishRejected),
       );
       target.answerNextWith(undefined);
-      await sleepPastInFlight(200);
+      await sleepPastInFlight();
       // Resubmitted, as the failure says to once the address is fixed: held on the open claim, not sent.
       await assert.rejects(
         publisher.publish(doc, 'run-2:publish', NO_ABORT),
@@ -331,14 +322,21 @@ describe('delivery claims on a skewed clock (PostgreSQL)', () => {
   });
 });
 
-/** Waits until a claim sent with `timeoutMs` is past its POST's timeout and grace, by any clock. */
-async function sleepPastInFlight(timeoutMs: number): Promise<void> {
-  const { setTimeout: sleep } = await import('node:timers/promises');
-  await sleep(deliveryOf(publication('x', version(1)), 'x', timeoutMs).inFlightMs + 100);
+/** The POST's timeout of the publishers here: a claim may have its POST under way for it and a 5 s grace. */
+const TIMEOUT_MS = 200;
+
+/** A webhook publisher that holds what it cannot settle (OPEN_DELIVERY_POLICY=hold), with a lookup if given. */
+function holding(ledger: DeliveryLedger, url: string, lookupUrl?: string) {
+  return webhookPublisher(defer, url, { ledger, policy: 'hold', timeoutMs: TIMEOUT_MS, lookupUrl });
+}
+
+/** Waits until a claim sent by those publishers is past its POST's timeout and grace, by any clock. */
+async function sleepPastInFlight(): Promise<void> {
+  await sleep(deliveryOf(publication('x', version(1)), 'x', TIMEOUT_MS).inFlightMs + 100);
 }
 
 /** A server that cuts every connection once the request's head is read: nothing reaches the receiver. */
-async function cutBeforeEffect(_receiverUrl: string): Promise<string> {
+async function cutBeforeEffect(): Promise<string> {
   const server = http.createServer((req) => req.socket.destroy());
   const origin = await listenOnLoopback(server);
   defer(() => closeServer(server));

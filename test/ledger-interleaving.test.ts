@@ -19,7 +19,14 @@ import type { DeliveryLedger } from '../src/publisher/ledger';
 import { resolveDelivery } from '../src/publisher/reconcile';
 import type { Publication, Receipt } from '../src/publisher/types';
 import { deliveryOf } from '../src/publisher/webhook-publisher';
-import { closeServer, ledgerBackends, listenOnLoopback, webhookPublisher } from './helpers';
+import {
+  answerLookup,
+  closeServer,
+  ledgerBackends,
+  listenOnLoopback,
+  lookupKeyOf,
+  webhookPublisher,
+} from './helpers';
 import { mulberry32 } from './random';
 import { cleanupAfterAll } from './scratch';
 
@@ -54,13 +61,9 @@ async function receiver() {
       req.resume();
       if (lookupFault === 'cut') return void req.socket.destroy();
       if (lookupFault === 'timeout') return; // never answered: the lookup times out
-      const key = decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
+      const key = lookupKeyOf(req);
       const effect = effects.find((e) => e.key === key);
-      if (effect === undefined)
-        return void res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
-      return void res
-        .writeHead(200)
-        .end(JSON.stringify({ idempotencyKey: key, revision: 1, textRef: effect.textRef }));
+      return answerLookup(res, key, effect && { revision: 1, textRef: effect.textRef });
     }
     let body = '';
     req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));

@@ -18,6 +18,8 @@ import { deliveryOf } from '../src/publisher/webhook-publisher';
 import type { Publication } from '../src/publisher/types';
 import { FailureType } from '../src/contract';
 import {
+  answerLookup,
+  lookupKeyOf,
   closeServer,
   forwardPost,
   listenOnLoopback,
@@ -678,14 +680,11 @@ describe("WebhookPublisher: an earlier run's open delivery, and the receiver's l
     const versions = new Map<string, string>();
     let posts = 0;
     const url = await scriptedServer((req, res) => {
-      const key = decodeURIComponent(/^\/publications\/([^?]+)/.exec(req.url ?? '')?.[1] ?? '');
       if (req.method === 'GET') {
         req.resume();
+        const key = lookupKeyOf(req);
         const textRef = versions.get(key);
-        if (textRef !== undefined)
-          res.writeHead(200).end(JSON.stringify({ idempotencyKey: key, revision: 1, textRef }));
-        else res.writeHead(404).end(JSON.stringify({ idempotencyKey: key, found: false }));
-        return;
+        return answerLookup(res, key, textRef === undefined ? undefined : { revision: 1, textRef });
       }
       let body = '';
       req.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
