@@ -1,6 +1,15 @@
 import { z } from 'zod';
 import type { Receipt } from './types';
 
+/**
+ * How long a claim's POST may be under way, or still be processed by the receiver, after it was sent: its request
+ * timeout and a grace (a slow network, a busy worker, an origin still working behind a gateway that gave up). Both
+ * the publisher, before it believes "not there", and the operator's command judge an open claim by it.
+ */
+export function inFlightMs(requestTimeoutMs: number): number {
+  return requestTimeoutMs + 5_000;
+}
+
 export const LEDGER_STATES = ['claimed', 'delivered', 'unsent'] as const;
 
 /** One delivery in the ledger: what the listing command shows. */

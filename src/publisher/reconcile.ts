@@ -2,10 +2,8 @@
  * An operator's side of the delivery ledger (`npm run deliveries`): which deliveries nobody knows the fate of, and
  * settling one once the receiver has been checked.
  */
+import { inFlightMs } from './ledger';
 import type { DeliveryLedger, LedgerEntry } from './ledger';
-
-/** How long past the POST's own timeout a claim may still have its request in flight (a slow network, a retry). */
-const IN_FLIGHT_GRACE_MS = 5_000;
 
 export interface ReconcileOptions {
   /** PUBLISH_REQUEST_TIMEOUT_MS: a claim younger than this (and the grace) may still have its POST under way. */
@@ -17,7 +15,7 @@ export interface ReconcileOptions {
  * timeout and a grace, by the store's clock (the operator's own may be off).
  */
 export function mayBeInFlight(entry: LedgerEntry, { requestTimeoutMs }: ReconcileOptions): boolean {
-  return entry.ageMs < requestTimeoutMs + IN_FLIGHT_GRACE_MS;
+  return entry.ageMs < inFlightMs(requestTimeoutMs);
 }
 
 /** The lines `npm run deliveries` prints for the open claims. */

@@ -4,6 +4,7 @@ import { excerpt, failedBeforeSending, getJson, postJson, transientStatusFailure
 import { FailureType, workflowIdFor } from '../contract';
 import { claimantName } from '../lib/claimant';
 import { inSpan } from '../telemetry/spans';
+import { inFlightMs } from './ledger';
 import type { Delivery, DeliveryLedger } from './ledger';
 import { signer } from './signature';
 import type { Publication, Publisher, Receipt } from './types';
@@ -17,9 +18,6 @@ const ReceiptBodySchema = z
     idempotencyKey: z.string().optional(),
   })
   .loose();
-
-/** How long past its request timeout a POST may still be under way (a slow network, a busy worker). */
-const IN_FLIGHT_GRACE_MS = 5_000;
 
 /** Claims of one publish call: a claim that moved on while it was looked at is claimed again, this often at most. */
 const MAX_ROUNDS = 3;
@@ -275,7 +273,7 @@ export function deliveryOf(publication: Publication, idempotencyKey: string, tim
     documentId: publication.documentId,
     version: publication.textRef,
     scheduledAt: publication.scheduledAt,
-    inFlightMs: timeoutMs + IN_FLIGHT_GRACE_MS,
+    inFlightMs: inFlightMs(timeoutMs),
   };
 }
 
