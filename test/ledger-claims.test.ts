@@ -322,8 +322,11 @@ describe('delivery claims on a skewed clock (PostgreSQL)', () => {
   });
 });
 
-/** The POST's timeout of the publishers here: a claim may have its POST under way for it and a 5 s grace. */
-const TIMEOUT_MS = 200;
+/**
+ * The POST's timeout of the publishers here: a claim may have its POST under way for it and a 5 s grace. Long
+ * enough for a busy machine's receiver to read a POST before its sender gives up (200 ms was not, in a CI run).
+ */
+const TIMEOUT_MS = 1_000;
 
 /** A webhook publisher that holds what it cannot settle (OPEN_DELIVERY_POLICY=hold), with a lookup if given. */
 function holding(ledger: DeliveryLedger, url: string, lookupUrl?: string) {
