@@ -66,11 +66,8 @@ const MAX_INLINE_WAITERS = 32;
 const EARLY_RETURN_MS = 2_000;
 /** How often a call waiting for its turn reads it again. */
 const TURN_READ_MS = 1_000;
-/**
- * How late past its turn a waiting call may wake and still go. Past it, the calls whose turns fell in the delay
- * would go together: a burst of more than the half second's worth a provider's bucket may hold.
- */
-const LATE_TURN_MS = 250;
+/** The longest a call whose turn came waits for room among the fleet's sends (admit) before it queues again. */
+const MAX_ADMIT_WAIT_MS = 1_000;
 /** Room left after a turn for the call itself, before the attempt's own timeout. */
 const CALL_ROOM_MS = 15_000;
 
@@ -102,7 +99,6 @@ export class Pacer {
 
   async run<T>(place: CallPlace, request: PacedRequest<T>): Promise<{ value: T; usage: Usage }> {
     const metrics = this.options.metrics ?? noMetrics;
-    let requeued = false;
     for (;;) {
       const charsPerToken = await this.limits.charsPerToken(this.scope);
       const tokens = estimateTokens(request.promptChars, request.maxOutputTokens, charsPerToken);
@@ -137,15 +133,11 @@ export class Pacer {
         await this.wait(place, turn.retryInMs, metrics);
         continue;
       }
-      const lateMs = await this.wait(place, turn.waitMs, metrics, {
-        holdKey: place.holdKey,
-        nonce: turn.nonce,
-      });
-      if (lateMs > LATE_TURN_MS && !requeued) {
-        // Woken well past its turn (the worker's loop was held up): the calls whose turns fell in that time woke
-        // with it, and sent together they would be a burst the provider's short buckets refuse. It queues again,
-        // once: its old turn, already past, is left unused.
-        requeued = true;
+      const hold = { holdKey: place.holdKey, nonce: turn.nonce };
+      await this.wait(place, turn.waitMs, metrics, hold);
+      if (!(await this.admitted(place, hold, tokens, metrics))) {
+        // No room among the fleet's sends soon (a worker held up past its turn sends together with the calls whose
+        // turns fell in the delay; a refusal since holds the fleet back): it queues again, its turn left unused.
         await this.end(place, turn.nonce, { kind: 'unanswered' });
         continue;
       }
@@ -194,6 +186,21 @@ export class Pacer {
     }
   }
 
+  /** Waits, briefly, for room among the fleet's sends; false when it would take longer (or the hold is gone). */
+  private async admitted(
+    place: CallPlace,
+    hold: { holdKey: string; nonce: string },
+    tokens: number,
+    metrics: PipelineMetrics,
+  ): Promise<boolean> {
+    for (;;) {
+      const answer = await this.limits.admit(this.scope, hold, { tokens }, this.options.settings);
+      if (answer.kind === 'send') return true;
+      if (answer.kind === 'gone' || answer.waitMs > MAX_ADMIT_WAIT_MS) return false;
+      await this.wait(place, answer.waitMs, metrics);
+    }
+  }
+
   private answered(reserved: number, usage: Usage, limits: ProviderLimits, elapsedMs: number) {
     return {
       kind: 'answered' as const,
@@ -223,8 +230,8 @@ export class Pacer {
     ms: number,
     metrics: PipelineMetrics,
     hold?: { holdKey: string; nonce: string },
-  ): Promise<number> {
-    if (ms <= 0) return 0;
+  ): Promise<void> {
+    if (ms <= 0) return;
     const waitMs = ms + Math.random() * Math.min(250, ms * 0.1);
     const now = Date.now();
     if (now + waitMs > place.stepEndsAt) {
@@ -255,16 +262,11 @@ export class Pacer {
     try {
       // The turn moves while it waits (the provider's counts move the queue): it is read again every second.
       for (let left = waitMs; left > 0;) {
-        const wakeAt = Date.now() + Math.min(left, TURN_READ_MS);
         await sleep(Math.min(left, TURN_READ_MS), undefined, { signal: place.signal });
-        // How late the wake came: a timer is late only when the process was held up.
-        if (left <= TURN_READ_MS || hold === undefined) return Math.max(0, Date.now() - wakeAt);
+        if (left <= TURN_READ_MS || hold === undefined) return;
         const moved = await this.limits.turn(hold).catch(() => left - TURN_READ_MS);
-        // The turn passed while it slept: by this much.
-        if (moved !== undefined && moved <= 0) return -moved;
-        left = moved === undefined ? 0 : moved;
+        left = moved ?? 0;
       }
-      return 0;
     } finally {
       this.inlineWaiters--;
       metrics.limiterWaited(this.model, (Date.now() - now) / 1000);

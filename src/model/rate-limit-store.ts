@@ -3,8 +3,16 @@ import { sql } from 'kysely';
 import { clockMs } from '../store/clock';
 import { forUpdate, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
-import { calibrate, callsLastMinute, effectiveLimits, freshState, reserve, settle } from './rate-limit';
-import type { CallEnd, LimitSettings, LimitState } from './rate-limit';
+import {
+  admit,
+  calibrate,
+  callsLastMinute,
+  effectiveLimits,
+  freshState,
+  reserve,
+  settle,
+} from './rate-limit';
+import type { CallCost, CallEnd, LimitSettings, LimitState } from './rate-limit';
 
 /** A budget a call draws on, with the limits it starts with when it is first used (raised later by the CLI). */
 export interface BudgetRef {
@@ -217,6 +225,30 @@ export class SqlRateLimits {
     });
   }
 
+  /**
+   * Stamps a call as sent, its turn come, if the fleet's sends leave room for it (rate-limit.ts, admit); else says
+   * how long until they would. A hold already ended (given up as long past) is sent nowhere: it queues again.
+   */
+  async admit(
+    scope: string,
+    hold: { holdKey: string; nonce: string },
+    cost: CallCost,
+    settings: LimitSettings,
+  ): Promise<{ kind: 'send' } | { kind: 'wait'; waitMs: number } | { kind: 'gone' }> {
+    return this.db.transaction(async (tx) => {
+      const { state, now } = await this.lockScope(tx, scope);
+      const mine = await tx.first(
+        sql<{ nonce: string }>`SELECT nonce FROM model_call_holds WHERE hold_key = ${hold.holdKey}
+          AND nonce = ${hold.nonce} AND ended = ${falseOf(tx)}`,
+      );
+      if (mine === undefined) return { kind: 'gone' } as const;
+      const answer = admit(state, now, cost, settings);
+      if (answer.kind === 'wait') return answer;
+      await this.writeState(tx, scope, answer.state);
+      return { kind: 'send' } as const;
+    });
+  }
+
   /** How long until a held turn starts (store clock); undefined when the hold is gone or ended. */
   async turn(hold: { holdKey: string; nonce: string }): Promise<number | undefined> {
     const now = await clockMs(this.db);
@@ -314,14 +346,17 @@ export class SqlRateLimits {
   }
 
   private async lockScope(tx: Sql, scope: string): Promise<{ state: LimitState; now: number }> {
-    const now = await clockMs(tx);
+    // A fresh scope's buckets are full (their debt cleared long ago).
     await tx.run(
-      sql`INSERT INTO model_limits (scope, state, updated_at) VALUES (${scope}, ${JSON.stringify(freshState(now))},
+      sql`INSERT INTO model_limits (scope, state, updated_at) VALUES (${scope}, ${JSON.stringify(freshState(0))},
         ${tx.now()}) ON CONFLICT (scope) DO NOTHING`,
     );
     const row = await tx.first(
       sql<{ state: unknown }>`SELECT state FROM model_limits WHERE scope = ${scope}${forUpdate(tx)}`,
     );
+    // The clock is read once the scope is ours: a time read before waiting for the lock would stamp a send (admit)
+    // earlier than it went.
+    const now = await clockMs(tx);
     return { state: stateOf(row?.state, now), now };
   }
 

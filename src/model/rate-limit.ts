@@ -35,6 +35,12 @@ export interface LimitState {
   /** When the requests bucket's debt clears (GCRA's theoretical arrival time). */
   requestsTat: number;
   tokensTat: number;
+  /**
+   * The same for the calls actually sent, stamped when each is sent (admit): the turns above are a plan, and a
+   * worker held up past its turn sends late, perhaps together with the calls after it.
+   */
+  sentRequestsTat: number;
+  sentTokensTat: number;
   /** No call starts before this: a refusal's Retry-After, for the whole fleet. */
   blockedUntil: number;
   /** Limits the provider announced in its headers. */
@@ -82,6 +88,8 @@ export function freshState(now: number): LimitState {
   return {
     requestsTat: now,
     tokensTat: now,
+    sentRequestsTat: now,
+    sentTokensTat: now,
     blockedUntil: 0,
     learned: {},
     headersSeen: null,
@@ -167,6 +175,44 @@ export function reserve(
   return { kind: 'granted', startAt, probe: unknown && state.probeUntil > now, state };
 }
 
+/** The seconds' worth of a limit the provider's buckets are taken to hold (a per-minute limit held a second). */
+const GRAIN_MS = 1_000;
+
+/**
+ * Whether a call may be sent now, its turn come: the fleet's sends so far, stamped on the store's clock when each
+ * went, must leave room for it in a bucket holding one second's worth of each limit (a larger call needs the full
+ * bucket), as the provider's own short buckets are held. The queue of turns plans the calls apart; this checks the
+ * plan was kept, since a worker held up past its turn (a long pause, a slow store) sends late, together with the
+ * calls whose turns fell in the delay. `wait` says how long until the call would fit.
+ */
+export function admit(
+  previous: LimitState,
+  now: number,
+  cost: CallCost,
+  settings: LimitSettings,
+): { kind: 'send'; state: LimitState } | { kind: 'wait'; waitMs: number } {
+  const state = structuredClone(previous);
+  const limits = effectiveLimits(state, settings);
+  const factor = rampFactor(state, now);
+  let sendAt = Math.max(now, state.blockedUntil);
+  const fit = (perMinute: number | undefined, tat: number, units: number): number | undefined => {
+    if (perMinute === undefined) return undefined;
+    const perMs = (perMinute * factor) / 60_000;
+    const capacity = perMs * GRAIN_MS;
+    // Full when the debt is paid (tat <= now); the call fits once the debt leaves min(units, capacity) free.
+    sendAt = Math.max(sendAt, tat - (capacity - Math.min(units, capacity)) / perMs);
+    return perMs;
+  };
+  const requestRate = fit(limits.requestsPerMinute, state.sentRequestsTat, 1);
+  const tokenRate = fit(limits.tokensPerMinute, state.sentTokensTat, cost.tokens);
+  if (sendAt > now) return { kind: 'wait', waitMs: Math.ceil(sendAt - now) };
+  if (requestRate !== undefined)
+    state.sentRequestsTat = Math.max(state.sentRequestsTat, now) + 1 / requestRate;
+  if (tokenRate !== undefined)
+    state.sentTokensTat = Math.max(state.sentTokensTat, now) + cost.tokens / tokenRate;
+  return { kind: 'send', state };
+}
+
 /** A granted call that ended: with the provider's answer (paid), its refusal, or no word at all (failed, cut off). */
 export type CallEnd =
   | {
@@ -235,6 +281,10 @@ export function settle(
     end.kind === 'answered' && tokens === undefined && limits.tokensPerMinute !== undefined
       ? (end.usedTokens - end.reservedTokens) / (limits.tokensPerMinute / 60_000)
       : 0;
+  // The sends' bucket takes the provider's count where it gave one, else the answer's own tokens.
+  if (requests !== undefined) state.sentRequestsTat = requests;
+  if (tokens !== undefined) state.sentTokensTat = tokens;
+  else state.sentTokensTat += settled;
   let shift = 0;
   if (queueStart === undefined) {
     if (requests !== undefined) state.requestsTat = requests;
