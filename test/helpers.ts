@@ -408,7 +408,7 @@ export function openAIModel(
   );
 }
 
-/** True for a tag step's request (as the model server tells steps apart: ChatRequest.step). */
+/** True for a tag step's request: its x-pipeline-step header (ChatRequest.step), which the pipeline always sends. */
 export function isTagRequest(request: ChatRequest): boolean {
   return request.step === 'tag';
 }

@@ -3,14 +3,13 @@
  * (`POST /v1/chat/completions`) and Anthropic's Messages API (`POST /v1/messages`). It logs every request with its
  * idempotency key and its fate (answered with a status, cut off when the caller went away), so the demo and the
  * tests count the model calls really made, from outside the worker they kill. A script decides each answer: the
- * demo's is slow and sensible, the tests' inject 429s, 500s, hangs and junk, test/provider-limits.ts enforces a
- * provider's rate limits.
+ * demo's is slow and sensible (text, or JSON that fits the schema the request sends, whichever step asks), the
+ * tests' inject 429s, 500s, hangs and junk, test/provider-limits.ts enforces a provider's rate limits.
  */
 import http from 'node:http';
 import { z } from 'zod';
-import { MODEL_STEPS } from '../../contract';
-import type { ModelStepName } from '../../contract';
 import { closeServer, listenOnLoopback } from '../../lib/loopback';
+import { demoAnswer } from './demo-answer';
 
 /** Which API a request called: OpenAI's chat completions, or Anthropic's Messages. */
 export type ChatApi = 'chat' | 'messages';
@@ -30,10 +29,11 @@ export interface ChatRequest {
    */
   route: string | undefined;
   /**
-   * Which step asked: the `x-pipeline-step` header when the request says it; otherwise a request that asks for a
-   * structured answer (a JSON schema) is the tag step, any other the summarize step.
+   * Which step asked, as the request states it: the `x-pipeline-step` header the pipeline sends on every call;
+   * undefined when there is none. The server never guesses it, and answers what the request asks for whatever it
+   * says: this is for the scripts and the logs.
    */
-  step: ModelStepName;
+  step: string | undefined;
   receivedAt: number;
   /** When the answer was sent; undefined while open, or for a call cut off before it. */
   answeredAt: number | undefined;
@@ -81,7 +81,9 @@ export interface AnswerUsage {
 /**
  * A 2xx body of the request's API with `content`: chat completions' `choices` and `usage` (cached tokens in
  * `prompt_tokens_details`), or a Messages `message` whose `input_tokens` counts only what was neither read from nor
- * written to the cache, as Anthropic reports it.
+ * written to the cache, as Anthropic reports it. When the request forces a tool call and `content` is a JSON
+ * object, the answer is that call (a Messages `tool_use` block, a chat completion's `tool_calls`), as the API
+ * sends it; otherwise `content` is the message's text.
  */
 export function answerBody(
   request: Pick<ChatRequest, 'api' | 'body'>,
@@ -90,15 +92,22 @@ export function answerBody(
 ): unknown {
   const cached = usage.cachedInputTokens ?? 0;
   const created = usage.cacheCreationInputTokens ?? 0;
-  const model = parsedRequest(request)?.model ?? 'stand-in';
+  const parsed = parsedRequest(request);
+  const model = parsed?.model ?? 'stand-in';
+  const tool = parsed?.forcedTool;
+  const input = tool === undefined ? undefined : jsonObjectOf(content);
+  const call = tool === undefined || input === undefined ? undefined : { name: tool, input };
   if (request.api === 'messages') {
     return {
       id: 'msg_stand_in',
       type: 'message',
       role: 'assistant',
       model,
-      content: [{ type: 'text', text: content }],
-      stop_reason: 'end_turn',
+      content:
+        call === undefined
+          ? [{ type: 'text', text: content }]
+          : [{ type: 'tool_use', id: 'toolu_stand_in', name: call.name, input: call.input }],
+      stop_reason: call === undefined ? 'end_turn' : 'tool_use',
       stop_sequence: null,
       usage: {
         input_tokens: usage.inputTokens - cached - created,
@@ -113,7 +122,21 @@ export function answerBody(
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model,
-    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    choices: [
+      call === undefined
+        ? { index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }
+        : {
+            index: 0,
+            message: {
+              role: 'assistant',
+              content: null,
+              tool_calls: [
+                { id: 'call_stand_in', type: 'function', function: { name: call.name, arguments: content } },
+              ],
+            },
+            finish_reason: 'tool_calls',
+          },
+    ],
     usage: {
       prompt_tokens: usage.inputTokens,
       completion_tokens: usage.outputTokens,
@@ -121,6 +144,17 @@ export function answerBody(
       prompt_tokens_details: { cached_tokens: cached },
     },
   };
+}
+
+/** `text` parsed, when it is a JSON object. */
+function jsonObjectOf(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    const object = z.record(z.string(), z.unknown()).safeParse(value);
+    return object.success ? object.data : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** An error answer in the API's own shape: OpenAI's `{error: {...}}`, Anthropic's `{type: 'error', error: {...}}`. */
@@ -150,15 +184,6 @@ function routeOf(url: string): { api: ChatApi; route: string | undefined } | und
     if (/^\/[^/]+$/.test(prefix)) return { api, route: prefix.slice(1) };
   }
   return undefined;
-}
-
-const ModelStepSchema = z.enum(MODEL_STEPS);
-
-/** The step named by the x-pipeline-step header; else the tag step when the request asks for a JSON schema. */
-function stepOf(api: ChatApi, body: unknown, stepHeader: string | undefined): ModelStepName {
-  const named = ModelStepSchema.safeParse(stepHeader);
-  if (named.success) return named.data;
-  return schemaOf(api, body) !== undefined ? 'tag' : 'summarize';
 }
 
 /**
@@ -199,7 +224,7 @@ export async function startModelServer(script: ChatScript): Promise<ModelServer>
         authorization: header(where.api === 'messages' ? 'x-api-key' : 'authorization'),
         body,
         route: where.route,
-        step: stepOf(where.api, body, header('x-pipeline-step')),
+        step: header('x-pipeline-step'),
         receivedAt: Date.now(),
         answeredAt: undefined,
         status: undefined,
@@ -246,6 +271,9 @@ const ContentSchema = z.union([
   z.array(z.object({ type: z.string(), text: z.string().optional() })),
 ]);
 
+/** Anthropic's structured output: `{type: 'json_schema', schema}`. */
+const OutputFormatSchema = z.object({ type: z.string(), schema: z.unknown() });
+
 const ChatBodySchema = z.object({
   model: z.string().optional(),
   messages: z.array(z.object({ role: z.string(), content: ContentSchema.nullish() })).min(1),
@@ -253,6 +281,18 @@ const ChatBodySchema = z.object({
   max_completion_tokens: z.number().int().positive().optional(),
   response_format: z
     .object({ type: z.string(), json_schema: z.object({ schema: z.unknown() }).optional() })
+    .optional(),
+  tools: z
+    .array(
+      z.object({
+        type: z.string(),
+        function: z.object({ name: z.string(), parameters: z.unknown() }).optional(),
+      }),
+    )
+    .optional(),
+  // 'required' (any tool), or one tool by name: `{type: 'function', function: {name}}`.
+  tool_choice: z
+    .union([z.string(), z.object({ type: z.string(), function: z.object({ name: z.string() }).optional() })])
     .optional(),
 });
 
@@ -262,9 +302,13 @@ const MessagesBodySchema = z.object({
   messages: z.array(z.object({ role: z.string(), content: ContentSchema })).min(1),
   // Anthropic requires it on every request.
   max_tokens: z.number().int().positive(),
-  output_config: z
-    .object({ format: z.object({ type: z.string(), schema: z.unknown() }).optional() })
-    .optional(),
+  output_config: z.object({ format: OutputFormatSchema.optional() }).optional(),
+  // The structured-outputs beta's name for output_config.format.
+  output_format: OutputFormatSchema.optional(),
+  // Server tools (web search and the like) have no input_schema.
+  tools: z.array(z.object({ name: z.string(), input_schema: z.unknown().optional() })).optional(),
+  // `{type: 'any'}` (any tool) or `{type: 'tool', name}`; 'auto' and 'none' leave the choice to the model.
+  tool_choice: z.object({ type: z.string(), name: z.string().optional() }).optional(),
 });
 
 function textOf(content: z.infer<typeof ContentSchema> | null | undefined): string {
@@ -282,8 +326,18 @@ export interface ParsedRequest {
   messages: { role: string; text: string }[];
   /** The most output tokens the request asks for, when it says. */
   maxTokens: number | undefined;
-  /** The JSON schema the answer must follow; undefined when the request asks for none. */
+  /**
+   * The JSON schema the answer must follow: the forced tool's input schema, else the structured output's schema
+   * (chat completions' `response_format.json_schema.schema`, Messages' `output_config.format.schema` or the
+   * beta's `output_format.schema`); undefined when the request asks for none.
+   */
   schema: unknown;
+  /**
+   * The tool the request forces the model to call (`tool_choice` naming it, or asking for any of one or more
+   * tools: the first is called): the answer goes back as that tool's call, its input the JSON answer. Undefined
+   * when the answer is the message's text.
+   */
+  forcedTool: string | undefined;
 }
 
 /** The request's parts that matter here; undefined when the body is not a request of its API. */
@@ -291,17 +345,35 @@ export function parsedRequest(request: Pick<ChatRequest, 'api' | 'body'>): Parse
   if (request.api === 'messages') {
     const parsed = MessagesBodySchema.safeParse(request.body);
     if (!parsed.success) return undefined;
-    const format = parsed.data.output_config?.format;
+    const { tool_choice: choice } = parsed.data;
+    const tools = parsed.data.tools?.filter((t) => t.input_schema !== undefined);
+    const tool =
+      choice?.type === 'any'
+        ? tools?.[0]
+        : choice?.type === 'tool'
+          ? tools?.find((t) => t.name === choice.name)
+          : undefined;
+    const format = parsed.data.output_config?.format ?? parsed.data.output_format;
     return {
       model: parsed.data.model ?? 'stand-in',
       system: textOf(parsed.data.system),
       messages: parsed.data.messages.map((m) => ({ role: m.role, text: textOf(m.content) })),
       maxTokens: parsed.data.max_tokens,
-      schema: format?.type === 'json_schema' ? format.schema : undefined,
+      schema:
+        tool !== undefined ? tool.input_schema : format?.type === 'json_schema' ? format.schema : undefined,
+      forcedTool: tool?.name,
     };
   }
   const parsed = ChatBodySchema.safeParse(request.body);
   if (!parsed.success) return undefined;
+  const { tool_choice: choice } = parsed.data;
+  const tools = parsed.data.tools?.flatMap((t) => (t.function === undefined ? [] : [t.function]));
+  const tool =
+    choice === 'required'
+      ? tools?.[0]
+      : typeof choice === 'object' && choice.function !== undefined
+        ? tools?.find((t) => t.name === choice.function?.name)
+        : undefined;
   const format = parsed.data.response_format;
   return {
     model: parsed.data.model ?? 'stand-in',
@@ -309,13 +381,15 @@ export function parsedRequest(request: Pick<ChatRequest, 'api' | 'body'>): Parse
     messages: parsed.data.messages.map((m) => ({ role: m.role, text: textOf(m.content) })),
     // OpenAI's newer name first; a request sends one of them.
     maxTokens: parsed.data.max_completion_tokens ?? parsed.data.max_tokens,
-    schema: format?.type === 'json_schema' ? format.json_schema?.schema : undefined,
+    // A function without parameters takes any JSON object.
+    schema:
+      tool !== undefined
+        ? (tool.parameters ?? { type: 'object' })
+        : format?.type === 'json_schema'
+          ? format.json_schema?.schema
+          : undefined,
+    forcedTool: tool?.name,
   };
-}
-
-/** The JSON schema the request asks the answer to follow; undefined when it asks for none. */
-function schemaOf(api: ChatApi, body: unknown): unknown {
-  return parsedRequest({ api, body })?.schema;
 }
 
 /**
@@ -334,15 +408,18 @@ export function estimateTokens(text: string): number {
 }
 
 /**
- * The demo model's answer to a request: for the tag step JSON tags (the text's most frequent long words), for any
- * other step the text's first sentence. Undefined when the body is not a request of its API, or has no user text.
+ * The demo model's answer to a request, from what it asks for rather than which step asks (demo-answer.ts): the
+ * document's first sentence, or, when the request asks for a JSON schema, JSON that satisfies it (the tag step's
+ * `{"tags": [...]}` holds the document's most frequent long words). Undefined when the body is not a request of
+ * its API, or has no user text.
  */
-export function demoContent(request: Pick<ChatRequest, 'api' | 'body' | 'step'>): string | undefined {
-  const userText = parsedRequest(request)?.messages.find((m) => m.role === 'user')?.text ?? '';
-  if (userText === '') return undefined;
+export function demoContent(request: Pick<ChatRequest, 'api' | 'body'>): string | undefined {
+  const parsed = parsedRequest(request);
+  const userText = parsed?.messages.find((m) => m.role === 'user')?.text ?? '';
+  if (parsed === undefined || userText === '') return undefined;
   // The document, when the prompt wraps it in <document> tags beside the task.
   const text = /<document>\n?([\s\S]*?)\n?<\/document>/.exec(userText)?.[1] ?? userText;
-  return request.step === 'tag' ? JSON.stringify({ tags: frequentWords(text, 3) }) : firstSentence(text);
+  return demoAnswer(text, parsed.schema);
 }
 
 /** The 400 a provider answers to a body that is not a request of its API. */
@@ -368,35 +445,4 @@ export function demoModel(delayMs: number | (() => number)): ChatScript {
     const usage = { inputTokens: estimateTokens(promptText(request)), outputTokens: estimateTokens(content) };
     return { body: answerBody(request, content, usage), delayMs: delay };
   };
-}
-
-/** The Markdown's prose without headings, code fences and emphasis marks, on one line. */
-function prose(markdown: string): string {
-  return markdown
-    .replace(/```[\s\S]*?```/g, ' ')
-    .split('\n')
-    .filter((line) => !/^\s*(#|[-*_]{3,}\s*$|\|)/.test(line))
-    .join(' ')
-    .replace(/[*_`>]/g, '')
-    .replace(/\s+/g, ' ')
-    .trim();
-}
-
-/** The demo model's summary: the first sentence of the text, at most 200 characters. */
-function firstSentence(markdown: string): string {
-  const text = prose(markdown);
-  const sentence = /^.+?[.!?](?=\s|$)/.exec(text)?.[0] ?? text;
-  const short = sentence.length > 200 ? `${sentence.slice(0, 199)}…` : sentence;
-  return short === '' ? 'An empty document.' : short;
-}
-
-/** The demo model's tags: the text's most frequent words of six letters or more. */
-function frequentWords(markdown: string, count: number): string[] {
-  const counts = new Map<string, number>();
-  for (const word of prose(markdown)
-    .toLowerCase()
-    .match(/\p{L}{6,}/gu) ?? [])
-    counts.set(word, (counts.get(word) ?? 0) + 1);
-  const words = [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([word]) => word);
-  return words.length > 0 ? words.slice(0, count) : ['document'];
 }
