@@ -1,11 +1,11 @@
 /**
- * Where a step's own time goes: the phases the activities time (activities/phases.ts), each run's history split
+ * Where a step's own time goes: the phases the activities mark (src/telemetry/phases.ts), each run's history split
  * into workflow-task and activity time, and what the per-step work that no timer sees costs when done alone (the
  * payload codec, a span with no exporter).
  */
 import { randomBytes } from 'node:crypto';
 import { temporal } from '@temporalio/proto';
-import type { Phase, PhaseTimer } from '../../activities/phases';
+import type { Phase, PhaseTimer } from '../../src/telemetry/phases';
 import { AesGcmCodec } from '../../src/temporal/codec';
 import { inSpan } from '../../src/telemetry/spans';
 import { defaultPayloadConverter } from '@temporalio/common';

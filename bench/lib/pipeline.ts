@@ -67,15 +67,16 @@ export async function pipelineRuns(
     result.bundleKiB = Math.round(
       ('code' in bundle ? bundle.code.length : fs.statSync(bundle.codePath).size) / 1024,
     );
-    // The activities time their phases for the breakdown (a PhaseTimer in the dependencies; off in every worker
-    // of the project).
+    // The activities' phases are timed for the breakdown (the phase-timing interceptor, src/telemetry/phases.ts;
+    // off in every worker of the project).
     const phases = new PhaseRecorder();
     const worker = await createPipelineWorker({
       connection: server.env.nativeConnection,
       namespace: 'default',
       taskQueue,
-      deps: { ...parts.deps, phases },
+      deps: parts.deps,
       workflowBundle: bundle,
+      phases,
     });
     // A client on the worker's own connection: the server may hand a started workflow's first task straight back
     // to this worker (eager start), skipping a round trip through the task queue.

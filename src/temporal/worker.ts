@@ -7,6 +7,8 @@ import type { ActivityDependencies } from '../../activities';
 import { prebuiltBundle } from './bundle';
 import { attemptReporting } from '../telemetry/attempts';
 import { noMetrics } from '../telemetry/metrics';
+import { phaseTiming } from '../telemetry/phases';
+import type { PhaseTimer } from '../telemetry/phases';
 import { activeTracing, WORKFLOW_TRACING_MODULE, workerTracing } from '../telemetry/tracing';
 import type { Tracing } from '../telemetry/tracing';
 
@@ -26,6 +28,8 @@ export interface PipelineWorkerOptions {
   dataConverter?: DataConverter;
   /** Tracing to wire in; by default the process's (installRuntime starts it when OTLP is configured). */
   tracing?: Tracing | undefined;
+  /** Times each step's phases into it (npm run bench's breakdown, src/telemetry/phases.ts); nothing is timed without. */
+  phases?: PhaseTimer | undefined;
 }
 
 /**
@@ -59,7 +63,11 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
     shutdownGraceTime: SHUTDOWN_GRACE_MS,
     interceptors: {
       // The tracing interceptors come first, so the attempt reporter's log lines carry the step's trace ID.
-      activity: [...(traced?.activity ?? []), attemptReporting(deps.metrics ?? noMetrics)],
+      activity: [
+        ...(traced?.activity ?? []),
+        attemptReporting(deps.metrics ?? noMetrics),
+        ...(options.phases === undefined ? [] : [phaseTiming(options.phases)]),
+      ],
       ...(workflowBundle === undefined ? { workflowModules: workflowInterceptorModules(tracing) } : {}),
     },
     ...(traced !== undefined ? { sinks: traced.sinks } : {}),
