@@ -47,7 +47,8 @@ type LookupMode =
 interface Effect {
   key: string;
   textRef: string;
-  summary: string;
+  /** The publication's summary step field, as the body carried it. */
+  summary: unknown;
 }
 
 /**

@@ -48,7 +48,8 @@ type LookupFault = 'answer' | 'timeout' | 'cut';
 interface Effect {
   key: string;
   textRef: string;
-  summary: string;
+  /** The publication's summary step field, as the body carried it. */
+  summary: unknown;
 }
 
 /** The receiver: no dedupe, a lookup in the documented shape, and the faults the plan sets for the next request. */

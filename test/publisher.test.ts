@@ -134,9 +134,8 @@ describe('PublicationStore', () => {
       documentId,
       revision: 2,
       title: 'A title',
-      summary: 'From run B.',
-      tags: ['checkpoints'],
       scheduledAt: 3000,
+      fields: { summary: 'From run B.', tags: ['checkpoints'] },
     });
     assert.deepEqual(await outcomes(store), [
       ['A:publish', 'created'],
@@ -156,7 +155,7 @@ describe('PublicationStore', () => {
     const aRetry = await store.publish(publication(documentId, 'From run A.', 1000), 'A:publish');
 
     assert.deepEqual(aRetry, { documentId, revision: 1, duplicate: true });
-    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
+    assert.equal((await store.currentPublication(documentId))?.fields.summary, 'From run B.');
   });
 
   it('orders only publications that carry scheduledAt: without it a new key is the next revision, as before', async () => {
@@ -181,7 +180,7 @@ describe('PublicationStore', () => {
         [4, false],
       ],
     );
-    assert.equal((await store.currentPublication(documentId))?.summary, 'Newer.');
+    assert.equal((await store.currentPublication(documentId))?.fields.summary, 'Newer.');
     assert.equal((await store.currentPublication(documentId))?.scheduledAt, 2000);
   });
 
@@ -259,7 +258,7 @@ describe('WebhookPublisher', () => {
       superseded: true,
       receiverHonoursKey: true,
     });
-    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
+    assert.equal((await store.currentPublication(documentId))?.fields.summary, 'From run B.');
   });
 
   it('turns 503 with Retry-After: 7 into a retryable failure with a 7 s next retry delay', async () => {
@@ -619,7 +618,7 @@ describe('startReceiver', () => {
       (await store.revisionsOf(documentId)).map((r) => r.idempotencyKey),
       ['A:publish', 'B:publish'],
     );
-    assert.equal((await store.currentPublication(documentId))?.summary, 'From run B.');
+    assert.equal((await store.currentPublication(documentId))?.fields.summary, 'From run B.');
     assert.deepEqual(await outcomes(store), [
       ['A:publish', 'created'],
       ['B:publish', 'created'],

@@ -13,9 +13,11 @@ import type { AnswerMemo } from '../src/model/memo';
 import { SqlAnswerMemo, SqliteAnswerMemo } from '../src/model/memo-store';
 import type { DeliveryLedger } from '../src/publisher/ledger';
 import { SqlDeliveryLedger, SqliteDeliveryLedger } from '../src/publisher/ledger-store';
-import { SqlitePublicationStore } from '../src/publisher/publication-store';
+import { SqlitePublicationStore, SqlPublicationStore } from '../src/publisher/publication-store';
+import type { PublicationStore } from '../src/publisher/publication-store';
 import { MIGRATIONS } from '../src/store/migrations';
 import type { Sql } from '../src/store/sql';
+import { openSqlite } from '../src/store/sql-sqlite';
 import * as before from './fixtures/schema-before-migrations';
 import { freshDatabase } from './postgres';
 import { openedPostgres, versions } from './schema';
@@ -70,6 +72,40 @@ const ANSWER = {
   model: { provider: 'offline', model: 'm' },
 };
 const RECEIPT = { documentId: 'doc-old', revision: 1, duplicate: false };
+
+/** A publication as a store wrote it before migration 8: its step fields in the columns `summary` and `tags`. */
+const OLD_PUBLICATION = sql`INSERT INTO publications (document_id, revision, title, summary, tags, updated_at,
+  scheduled_at) VALUES ('doc-old', 3, 'A title', 'Old.', ${'["a","b"]'}, '2025-01-01T00:00:00.000Z', 1000)`;
+
+/**
+ * OLD_PUBLICATION reads back with its step fields, and the document's next publication, which carries other step
+ * fields and writes neither old column, follows it.
+ */
+async function assertOldPublication(store: PublicationStore): Promise<void> {
+  const current = {
+    documentId: 'doc-old',
+    revision: 3,
+    title: 'A title',
+    scheduledAt: 1000,
+    fields: { summary: 'Old.', tags: ['a', 'b'] },
+  };
+  assert.deepEqual(await store.currentPublication('doc-old'), current);
+  const next = {
+    documentId: 'doc-old',
+    title: 'A title',
+    textRef: `sha256:${'0'.repeat(64)}`,
+    model: ANSWER.model,
+    scheduledAt: 2000,
+    headline: 'New.',
+  };
+  assert.deepEqual(await store.publish(next, 'run-4:publish'), { ...RECEIPT, revision: 4 });
+  assert.deepEqual(await store.currentPublication('doc-old'), {
+    ...current,
+    revision: 4,
+    scheduledAt: 2000,
+    fields: { headline: 'New.' },
+  });
+}
 
 /** The memo entry an old file or database holds answers a later run's claim. */
 async function assertAnswered(memo: AnswerMemo): Promise<void> {
@@ -157,9 +193,8 @@ describe('SQLite files made before migrations', () => {
         documentId: 'doc-old',
         revision: 1,
         title: 'A title',
-        summary: 'Old.',
-        tags: ['a'],
         scheduledAt: null,
+        fields: { summary: 'Old.', tags: ['a'] },
       });
       const publication = (summary: string, scheduledAt: number) => ({
         documentId: 'doc-old',
@@ -235,6 +270,7 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
     await shipped.run(sql`INSERT INTO delivery_ledger (idempotency_key, workflow_id, document_id, state, receipt,
       receiver_echoed_key, echoed_by) VALUES ('run-1:publish', 'doc-old', 'doc-old', 'delivered',
       ${JSON.stringify(RECEIPT)}, true, ${RECEIVER})`);
+    await shipped.run(OLD_PUBLICATION);
 
     const db = await openedPostgres(defer, url);
     assert.deepEqual(await versions(db), ALL_VERSIONS);
@@ -243,8 +279,36 @@ describe('a PostgreSQL database made by the shipped SQL migrations 1 to 3', () =
     const ledger = new SqlDeliveryLedger(db);
     await assertDelivered(ledger);
     assert.equal(await ledger.receiverHonoursKeys(RECEIVER), true);
+    await assertOldPublication(new SqlPublicationStore(db));
 
     const fresh = await openedPostgres(defer, await freshDatabase(defer));
     assert.deepEqual(await shape(db), await shape(fresh));
+  });
+});
+
+describe('publications written before their step fields had a column (migration 8)', () => {
+  const BEFORE_8 = MIGRATIONS.filter((m) => m.version < 8);
+
+  it('reads a row of a SQLite file at version 7 back with its fields', async () => {
+    const file = path.join(scratchDir(defer, 'migrations-test-'), 'publications.db');
+    const at7 = openSqlite(file, 'publications', BEFORE_8);
+    await at7.run(OLD_PUBLICATION);
+    await at7.close();
+    const store = new SqlitePublicationStore(file);
+    await assertOldPublication(store);
+    await store.close();
+    assert.deepEqual(
+      shapeOf(file),
+      await freshShape('publications.db', (f) => new SqlitePublicationStore(f)),
+    );
+  });
+
+  it('reads a row of a PostgreSQL database at version 7 back with its fields', async () => {
+    const url = await freshDatabase(defer);
+    const at7 = await openedPostgres(defer, url, BEFORE_8);
+    await at7.run(OLD_PUBLICATION);
+    const db = await openedPostgres(defer, url);
+    assert.deepEqual(await versions(db), ALL_VERSIONS);
+    await assertOldPublication(new SqlPublicationStore(db));
   });
 });

@@ -608,7 +608,10 @@ function storeContract(backend: Backend): void {
         assert.deepEqual(await stores.publications.publish(publication(id), 'key-1'), first);
         const repeat = await stores.publications.publish(publication(id, { summary: 'changed' }), 'key-1');
         assert.deepEqual(repeat, { ...first, duplicate: true });
-        assert.equal((await stores.publications.currentPublication(id))?.summary, publication(id).summary);
+        assert.equal(
+          (await stores.publications.currentPublication(id))?.fields.summary,
+          publication(id).summary,
+        );
         assert.deepEqual(await stores.publications.revisionsOf(id), [
           { revision: 1, idempotencyKey: 'key-1' },
         ]);
@@ -627,14 +630,30 @@ function storeContract(backend: Backend): void {
           documentId: id,
           revision: 2,
           title: second.title,
-          summary: second.summary,
-          tags: second.tags,
           scheduledAt: null,
+          fields: { summary: second.summary, tags: second.tags },
         });
         assert.deepEqual(await stores.publications.revisionsOf(id), [
           { revision: 1, idempotencyKey: 'key-1' },
           { revision: 2, idempotencyKey: 'key-2' },
         ]);
+      });
+
+      it('keeps the step fields it has never heard of as they came, and no base field among them', async () => {
+        const id = newDocumentId();
+        const tags = [
+          { label: 'a', score: 0.5 },
+          { label: 'b', score: 0.25 },
+        ];
+        const stored = publication(id, { headline: 'x', tags, scheduledAt: 1_000 });
+        await stores.publications.publish(stored, 'key-1');
+        assert.deepEqual(await stores.publications.currentPublication(id), {
+          documentId: id,
+          revision: 1,
+          title: stored.title,
+          scheduledAt: 1_000,
+          fields: { summary: stored.summary, tags, headline: 'x' },
+        });
       });
 
       it('answers a new key from an older run as superseded, writing nothing', async () => {

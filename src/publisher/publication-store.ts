@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { dateOf, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { openSqlite } from '../store/sql-sqlite';
+import { stepFieldsOf } from './types';
 import type { Publication, Receipt } from './types';
 
 export interface DeliveryRow {
@@ -18,9 +19,9 @@ export interface CurrentPublication {
   documentId: string;
   revision: number;
   title: string;
-  summary: string;
-  tags: string[];
   scheduledAt: number | null;
+  /** The steps' fields of the publication (stepFieldsOf), as it carried them: the store knows none by name. */
+  fields: Record<string, unknown>;
 }
 
 /**
@@ -50,6 +51,9 @@ export interface PublicationStore {
   ): Promise<{ documentId: string; revision: number; textRef?: string } | undefined>;
   close(): Promise<void>;
 }
+
+/** The `fields` column as read: one JSON object, the steps' fields by name. */
+const STEP_FIELDS = z.record(z.string(), z.unknown());
 
 /** The two tables a SQLite file names otherwise, as the builder's plugin renames them (see schema.ts). */
 const REVISIONS = sql.table('publication_revisions');
@@ -99,11 +103,11 @@ export class SqlPublicationStore implements PublicationStore {
             VALUES (${documentId}, ${receipt.revision}, ${idempotencyKey}, ${JSON.stringify(publication)}, ${now})`,
           );
           await tx.run(
-            sql`INSERT INTO publications (document_id, revision, title, summary, tags, updated_at, scheduled_at)
-            VALUES (${documentId}, ${receipt.revision}, ${publication.title}, ${publication.summary},
-              ${JSON.stringify(publication.tags)}, ${now}, ${publication.scheduledAt ?? null})
+            sql`INSERT INTO publications (document_id, revision, title, fields, updated_at, scheduled_at)
+            VALUES (${documentId}, ${receipt.revision}, ${publication.title},
+              ${JSON.stringify(stepFieldsOf(publication))}, ${now}, ${publication.scheduledAt ?? null})
             ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, title = excluded.title,
-              summary = excluded.summary, tags = excluded.tags, updated_at = excluded.updated_at,
+              fields = excluded.fields, updated_at = excluded.updated_at,
               scheduled_at = coalesce(excluded.scheduled_at, publications.scheduled_at)`,
           );
         }
@@ -128,7 +132,7 @@ export class SqlPublicationStore implements PublicationStore {
     const row = await this.db.first(
       this.db.build
         .selectFrom('publications')
-        .select(['document_id', 'revision', 'title', 'summary', 'tags', 'scheduled_at'])
+        .select(['document_id', 'revision', 'title', 'fields', 'scheduled_at'])
         .where('document_id', '=', documentId),
     );
     if (row === undefined) return undefined;
@@ -136,9 +140,8 @@ export class SqlPublicationStore implements PublicationStore {
       documentId: row.document_id,
       revision: row.revision,
       title: row.title,
-      summary: row.summary,
-      tags: z.array(z.string()).parse(jsonOf(row.tags)),
       scheduledAt: row.scheduled_at,
+      fields: STEP_FIELDS.parse(jsonOf(row.fields)),
     };
   }
 

@@ -312,4 +312,49 @@ export const MIGRATIONS: readonly Migration[] = [
       ledger: (db) => addColumn(db, 'delivery_ledger', 'scheduled_at', TYPES[db.dialect].bigint),
     },
   },
+  {
+    version: 8,
+    name: "a publication's step fields in one JSON column, so the store names no step's result",
+    up: {
+      // `fields` is NOT NULL in both backends: a process of the version before, still running during an upgrade,
+      // fails to write a publication without its fields (its retry, after the upgrade, writes it) instead of
+      // writing one without them. The old columns stay, no longer required, for the rows written before.
+      async publications(db) {
+        if (db.dialect === 'postgres') {
+          await addColumn(db, 'publications', 'fields', TYPES.postgres.json);
+          await db.run(sql`UPDATE publications SET fields = jsonb_build_object('summary', summary, 'tags', tags)
+            WHERE fields IS NULL`);
+          await db.run(sql`ALTER TABLE publications ALTER COLUMN fields SET NOT NULL,
+            ALTER COLUMN summary DROP NOT NULL, ALTER COLUMN tags DROP NOT NULL`);
+          return;
+        }
+        // SQLite cannot drop a NOT NULL in place, so the table is made again, as SQLite's manual does it
+        // (sqlite.org/lang_altertable.html, "other kinds of table schema changes"), and it is safe here: the step's
+        // transaction holds the file's write lock, so the copy, the drop and the rename commit together or not at
+        // all; no index, trigger, view or foreign key names the table; and another process's statements on it are
+        // prepared again by SQLite when it sees the schema changed. Neutral values in the old columns would have
+        // kept them required instead, for every publication to come.
+        const t = TYPES.sqlite;
+        await db.run(
+          db.build.schema
+            .createTable('publications_new')
+            .addColumn('document_id', 'text', (c) => c.primaryKey())
+            .addColumn('revision', 'integer', (c) => c.notNull())
+            .addColumn('title', 'text', (c) => c.notNull())
+            .addColumn('summary', 'text')
+            .addColumn('tags', t.json)
+            .addColumn('fields', t.json, (c) => c.notNull())
+            .addColumn('updated_at', t.timeText, (c) => c.notNull())
+            .addColumn('scheduled_at', t.bigint),
+        );
+        await db.run(sql`INSERT INTO publications_new
+            (document_id, revision, title, summary, tags, fields, updated_at, scheduled_at)
+          SELECT document_id, revision, title, summary, tags, json_object('summary', summary, 'tags', json(tags)),
+            updated_at, scheduled_at
+          FROM publications`);
+        await db.run(sql`DROP TABLE publications`);
+        await db.run(sql`ALTER TABLE publications_new RENAME TO publications`);
+      },
+    },
+  },
 ];

@@ -62,8 +62,11 @@ export interface PublicationsTable {
   document_id: string;
   revision: number;
   title: string;
-  summary: string;
-  tags: Json;
+  /** The steps' fields of the publication, one JSON object (migration 8; before it, summary and tags). */
+  fields: Json;
+  /** Written only before migration 8, which copied them into `fields`; null in rows written since. */
+  summary: ColumnType<string | null, never, never>;
+  tags: ColumnType<unknown, never, never>;
   updated_at: Time;
   scheduled_at: number | null;
 }
