@@ -71,10 +71,10 @@ export default tseslint.config(
         {
           patterns: [
             {
-              group: ['../activities', '../activities/*'],
+              regex: '^\\.\\./activities(/(?!steps$).*)?$',
               allowTypeImports: true,
               message:
-                'Import activities as types only: their code does I/O and must stay out of the sandbox.',
+                'Import activities as types only (the step list, ../activities/steps, excepted): their code does I/O and must stay out of the sandbox.',
             },
             {
               group: ['../src/*', '!../src/steps', '!../src/batch-steps'],
@@ -90,6 +90,26 @@ export default tseslint.config(
               group: [name, `${name}/*`],
               message: 'No Node builtins in workflow code.',
             })),
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The step list and each step's entry in it are imported by the workflow bundle: names and plain functions,
+    // values from each other only, anything else as types (no zod, no I/O).
+    files: ['activities/steps.ts', 'activities/step-definition.ts', 'activities/*/step.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(?!(\\.\\./|\\./)step-definition$|\\./[a-z-]+/step$)',
+              allowTypeImports: true,
+              message:
+                'The workflow bundle imports the step list: values only from the step list files, anything else as types.',
+            },
           ],
         },
       ],

@@ -1,7 +1,9 @@
+import type { z } from 'zod';
 import { BatchInputSchema } from '../src/batch-contract';
 import type { CheckedBatchInput } from '../src/batch-contract';
 import { parseOrFail, PipelineInputSchema } from '../src/contract';
 import type { CheckedPipelineInput } from '../src/contract';
+import { timedSync } from '../src/telemetry/phases';
 
 /**
  * The workflow's input, checked by the worker rather than in the workflow sandbox (a local activity, so no round
@@ -15,4 +17,9 @@ export async function checkPipelineInput(rawInput: unknown): Promise<CheckedPipe
 /** The batch workflow's input, checked by the worker for the same reason (see checkPipelineInput). */
 export async function checkBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
   return parseOrFail(BatchInputSchema, rawInput, 'batch input');
+}
+
+/** A step's input, checked against its schema (timed as the step's 'input check' phase when the bench times them). */
+export function stepInput<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+  return timedSync('input check', () => parseOrFail(schema, input, what));
 }

@@ -1,25 +1,33 @@
 import type { BlobStore } from '../src/documents/blobs';
 import type { Publisher } from '../src/publisher/types';
+import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { createBatchActivities } from './batch';
 import { checkBatchInput, checkPipelineInput } from './check-input';
 import type { ModelStepDependencies } from './model-step';
-import { createPublish } from './publish';
-import { createSummarize } from './summarize';
-import { createTag } from './tag';
+import { STEP_LIST } from './steps';
+import type { StepActivities } from './steps';
 
 /** The model steps' parts (model, memo, texts, prices; without prices only the offline model costs 0) and the publisher. */
 export interface ActivityDependencies extends ModelStepDependencies {
   publisher: Publisher;
   /** The texts' store; the batch workflow reads its manifest from it. */
   blobs: BlobStore;
+  metrics?: PipelineMetrics;
 }
 
-/** The pipeline's activities with their dependencies injected; tests pass real-but-local parts. */
+/** What each step's folder exports (activities/<step>/index.ts): its activity, given the worker's parts. */
+interface StepModule {
+  create(deps: ActivityDependencies): (input: never) => Promise<unknown>;
+}
+
+/**
+ * The pipeline's activities with their dependencies injected (tests pass real-but-local parts): each step of the
+ * step list, from its folder, and the batch workflow's own.
+ */
 export function createActivities(deps: ActivityDependencies) {
+  const steps = Object.fromEntries(STEP_LIST.map(({ name }) => [name, stepModule(name).create(deps)]));
   return {
-    summarize: createSummarize(deps),
-    tag: createTag(deps),
-    publish: createPublish(deps),
+    ...(steps as StepActivities),
     ...createBatchActivities(deps),
     checkPipelineInput,
     checkBatchInput,
@@ -27,3 +35,12 @@ export function createActivities(deps: ActivityDependencies) {
 }
 
 export type PipelineActivities = ReturnType<typeof createActivities>;
+
+/** A step's folder, by the step's name. */
+function stepModule(name: string): StepModule {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the folder the step list names
+  const loaded = require(`./${name}`) as Partial<StepModule>;
+  if (typeof loaded.create !== 'function')
+    throw new Error(`activities/${name}/index.ts exports no create(deps): every step's folder needs one`);
+  return loaded as StepModule;
+}

@@ -28,6 +28,7 @@ import { table, chart } from './lib/output';
 import { pipelineRuns } from './lib/pipeline';
 import { round } from './lib/rows';
 import type { Doc, Row } from './lib/rows';
+import { summarizeRequest } from '../activities/summarize/prompt';
 
 const ROOT = path.resolve(__dirname, '..');
 const QUICK = process.argv.includes('--quick');
@@ -55,7 +56,7 @@ async function run(): Promise<void> {
   const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 100);
   try {
     // Warm the model (wink-nlp loads lazily), so the first loop does not pay for it.
-    await model.summarize(docs[0]?.text ?? 'Warm up.', 3, call('warm'));
+    await model.ask(summarizeRequest(3), docs[0]?.text ?? 'Warm up.', call('warm'));
     const plain = await plainLoop(docs, root);
     const full = await checkpointLoop(docs, root, 'FULL');
     const normal = await checkpointLoop(docs, root, 'NORMAL');
@@ -107,7 +108,7 @@ async function run(): Promise<void> {
     // gets more, so the ceiling held against is the higher of the two.
     const modelled = round(1 / (1 / aloneBest + plain.msPerDoc / 1000 / os.cpus().length));
     const ceiling = Math.max(modelled, busyBest ?? 0);
-    const sample = await model.summarize(docs[0]?.text ?? 'Sample.', 3, call('sample'));
+    const sample = await model.ask(summarizeRequest(3), docs[0]?.text ?? 'Sample.', call('sample'));
     const micro = await microCosts({ summary: sample.value, usage: sample.usage, model: model.info });
     console.log('');
     console.log(table(rows, checkpointMs));

@@ -1,6 +1,7 @@
 /**
- * `node --import tsx scripts/compare-offline.ts [git ref] [folders...]`: what a change to src/model/markdown.ts
- * (or offline-nlp.ts) does to the offline model's answers. Loads that pair of modules as they are at the ref
+ * `node --import tsx scripts/compare-offline.ts [git ref] [folders...]`: what a change to src/model/markdown.ts,
+ * offline-nlp.ts or a step's offline answer (activities/<step>/offline.ts) does to the offline model's answers.
+ * Loads those modules as they are at the ref
  * (default HEAD) beside the working copy's, runs both on every document (samples/ and the shared corpus unless
  * folders are given), prints each summary or tag list that differs, then the parse time of each version per
  * document, measured in the same run, alternating, after a warm-up.
@@ -10,7 +11,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { runMain } from '../src/lib/run-main';
 import { SAMPLES_DIR } from '../src/config';
-import * as current from '../src/model/offline-nlp';
+import { extractiveSummary } from '../activities/summarize/offline';
+import { keywordTags } from '../activities/tag/offline';
 import { markdownBlocks } from '../src/model/markdown';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -24,20 +26,43 @@ interface Version {
 }
 type Blocks = (markdown: string) => unknown[];
 
-/** The ref's markdown.ts and offline-nlp.ts, copied under .tmp/ (so they resolve this project's node_modules). */
+/** This working copy's offline answers. */
+const current: Version = { extractiveSummary, keywordTags };
+
+/**
+ * The ref's markdown.ts, offline-nlp.ts and the steps' offline answers, copied under .tmp/ in their layout (so they
+ * resolve each other and this project's node_modules). Before the steps had folders, offline-nlp.ts held both.
+ */
 async function loadAt(ref: string): Promise<{ nlp: Version; blocks: Blocks }> {
   const dir = path.join(ROOT, '.tmp', `compare-offline-${process.pid}`);
-  fs.mkdirSync(dir, { recursive: true });
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
-  for (const file of ['markdown.ts', 'offline-nlp.ts']) {
-    const source = execFileSync('git', ['-C', ROOT, 'show', `${ref}:src/model/${file}`], {
-      encoding: 'utf8',
-    });
+  const copy = (file: string): boolean => {
+    let source: string;
+    try {
+      source = execFileSync('git', ['-C', ROOT, 'show', `${ref}:${file}`], {
+        encoding: 'utf8',
+        stdio: 'pipe',
+      });
+    } catch {
+      return false;
+    }
+    fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
     fs.writeFileSync(path.join(dir, file), source);
-  }
-  const nlp = (await import(path.join(dir, 'offline-nlp.ts'))) as Version;
-  const markdown = (await import(path.join(dir, 'markdown.ts'))) as { markdownBlocks: Blocks };
-  return { nlp, blocks: markdown.markdownBlocks };
+    return true;
+  };
+  copy('src/model/markdown.ts');
+  copy('src/model/offline-nlp.ts');
+  const load = async (file: string) => (await import(path.join(dir, file))) as Partial<Version>;
+  const nlp: Partial<Version> = copy('activities/summarize/offline.ts')
+    ? {
+        ...(copy('activities/tag/offline.ts') ? await load('activities/tag/offline.ts') : {}),
+        ...(await load('activities/summarize/offline.ts')),
+      }
+    : await load('src/model/offline-nlp.ts');
+  if (nlp.extractiveSummary === undefined || nlp.keywordTags === undefined)
+    throw new Error(`${ref} has no offline summary and tags this script knows how to load`);
+  const markdown = (await import(path.join(dir, 'src/model/markdown.ts'))) as { markdownBlocks: Blocks };
+  return { nlp: nlp as Version, blocks: markdown.markdownBlocks };
 }
 
 function documentsIn(folders: readonly string[]): Array<{ name: string; text: string }> {

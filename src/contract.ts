@@ -18,6 +18,7 @@ import {
   TITLE_LENGTH,
 } from './steps';
 import type { CompletePipelineInput, OptionName } from './steps';
+import type { ModelStepResults } from '../activities/steps';
 
 export * from './steps';
 
@@ -77,7 +78,7 @@ export const ModelStepFieldsSchema = z.object(ModelStepFields);
 export type ModelStepFields = z.infer<typeof ModelStepFieldsSchema>;
 
 // ---------------------------------------------------------------------------------------------------------------
-// Step: summarize (a model call)
+// What every step's input may carry; each step's own input and result are in its folder (activities/<step>/)
 // ---------------------------------------------------------------------------------------------------------------
 
 /** A run's budget (see BudgetInput): a measure left out is not limited. */
@@ -94,45 +95,29 @@ export const BudgetInputSchema = z
   })
   .strict();
 
-export const SummarizeInputSchema = z
-  .object({
-    documentId: DocumentIdSchema,
-    textRef: TextRefSchema,
-    maxSentences: z.number().int().min(1).max(20),
-    budget: BudgetInputSchema.optional(),
-  })
-  .strict();
-export type SummarizeInput = z.infer<typeof SummarizeInputSchema>;
-export const SummarizeResultSchema = z.object({ summary: z.string(), ...ModelStepFields });
-export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;
-
-// ---------------------------------------------------------------------------------------------------------------
-// Step: tag (a model call)
-// ---------------------------------------------------------------------------------------------------------------
-
-export const TagInputSchema = z
-  .object({
-    documentId: DocumentIdSchema,
-    textRef: TextRefSchema,
-    maxTags: z.number().int().min(1).max(20),
-    budget: BudgetInputSchema.optional(),
-  })
-  .strict();
-export type TagInput = z.infer<typeof TagInputSchema>;
-export const TagResultSchema = z.object({ tags: z.array(z.string()), ...ModelStepFields });
-export type TagResult = z.infer<typeof TagResultSchema>;
-
 // ---------------------------------------------------------------------------------------------------------------
 // Step: publish (the one external effect)
 // ---------------------------------------------------------------------------------------------------------------
+
+/** Any JSON value: what a step may put into the publication. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+export const JsonValueSchema: z.ZodType<JsonValue> = z.lazy(() =>
+  z.union([
+    z.string(),
+    z.number().finite(),
+    z.boolean(),
+    z.null(),
+    z.array(JsonValueSchema),
+    z.record(z.string(), JsonValueSchema),
+  ]),
+);
 
 export const PublishInputSchema = z
   .object({
     documentId: DocumentIdSchema,
     title: z.string().min(1).max(300),
     textRef: TextRefSchema,
-    summary: z.string().min(1),
-    tags: z.array(z.string()),
+    /** The model that made the steps' results (the first model step's). */
     model: ModelInfoSchema,
     /**
      * Orders the runs of one document (epoch ms): the workflow time at which this run scheduled its publish step.
@@ -148,7 +133,8 @@ export const PublishInputSchema = z
      */
     keyRunId: z.string().min(1).max(100).optional(),
   })
-  .strict();
+  // Each step's own fields (activities/steps.ts, `publishes`: `summary`, `tags`, ...), as JSON values.
+  .catchall(JsonValueSchema);
 export type PublishInput = z.infer<typeof PublishInputSchema>;
 export const PublishResultSchema = z.object({
   idempotencyKey: z.string(),
@@ -219,13 +205,12 @@ const fastPathType: [CheckedPipelineInput, CompletePipelineInput] extends [
   : never = true;
 void fastPathType;
 
-export interface PipelineResult {
+/** A run's result: the model steps' results under their keys (`summary`, `tags`, ...), then the publication's. */
+export type PipelineResult = {
   documentId: string;
   title: string;
-  summary: SummarizeResult;
-  tags: TagResult;
   publication: PublishResult;
-}
+} & ModelStepResults;
 
 /** The results of the steps before publish, as a run's result holds them (carried across continue-as-new). */
 export type StepResultsBeforePublish = Omit<PipelineResult, 'documentId' | 'title' | 'publication'>;

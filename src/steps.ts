@@ -7,6 +7,8 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import type { ModelStepFields, PipelineResult } from './contract';
+import { MODEL_STEP_LIST, STEP_LIST } from '../activities/steps';
+import type { ModelStepName, StepName } from '../activities/steps';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
 
@@ -57,14 +59,13 @@ export const FailureType = {
 } as const;
 
 /**
- * The steps, in order. Each name is also the step's explicit activity ID, so idempotency keys read
- * `<runId>:<step>`; reports, progress and the result table read their step list from here.
+ * The steps' names, in order, from the step list (activities/steps.ts). Each name is also the step's explicit
+ * activity ID, so idempotency keys read `<runId>:<step>`; progress, reports and the result table read them here.
  */
-export const STEPS = ['summarize', 'tag', 'publish'] as const;
-export type StepName = (typeof STEPS)[number];
+export const STEPS: readonly StepName[] = STEP_LIST.map((step) => step.name);
+export type { StepName, ModelStepName };
 /** The steps that call the model (their results carry usage and cost); publish is the effect. */
-export const MODEL_STEPS = ['summarize', 'tag'] as const satisfies readonly StepName[];
-export type ModelStepName = (typeof MODEL_STEPS)[number];
+export const MODEL_STEPS: readonly ModelStepName[] = MODEL_STEP_LIST.map((step) => step.name);
 
 /**
  * `held`: the publish step's delivery may have landed unanswered, and waits for a verdict (npm run deliveries).
@@ -214,7 +215,7 @@ function hasExactly(record: Record<string, unknown>, keys: readonly string[]): b
  * batch workflow can sum them in the sandbox; test/input-check.test.ts holds the check to the schema).
  */
 export function modelStepResults(result: PipelineResult): ModelStepFields[] {
-  return Object.values(result).filter(isModelStepFields);
+  return Object.values(result as Record<string, unknown>).filter((value) => isModelStepFields(value));
 }
 
 /** True when `value` passes ModelStepFieldsSchema. */

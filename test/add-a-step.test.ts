@@ -1,8 +1,10 @@
 /**
- * The structure, proven by use: docs/add-a-step.md adds a fourth step as five patches. This test applies exactly
- * those patches to a copy of the repository and shows that they are enough: the copy type-checks, its pipeline
- * runs all four steps on a real (time-skipping) Temporal server with the new step's result, key and cost
- * reported by the unchanged client code, and the committed histories of older runs still replay against it.
+ * The structure, proven by use: docs/add-a-step.md adds a fourth step, one that asks the model something new, as
+ * one folder of its own, its line in the step list and its call in the workflow. This test applies exactly those
+ * patches to a copy of the repository and shows that they are enough: the copy type-checks, its pipeline runs all
+ * four steps on a real (time-skipping) Temporal server, on the offline model and on the demo's model server, with
+ * the new step's result, key, cost, column and publication field reported by the unchanged code, and the committed
+ * histories of older runs still replay against it.
  */
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,12 +22,14 @@ installQuietRuntime();
 const defer = cleanupAfterAll();
 const ROOT = path.join(__dirname, '..');
 const GUIDE = path.join(ROOT, 'docs', 'add-a-step.md');
-/** The files adding a step may touch: its activity file and registration, its contract entry (schemas, step list), the workflow. */
+/** The files adding a step may touch: its own folder, its line in the step list, and its call in the workflow. */
 const EXPECTED_FILES = [
-  'activities/headline.ts',
-  'activities/index.ts',
-  'src/contract.ts',
-  'src/steps.ts',
+  'activities/headline/index.ts',
+  'activities/headline/offline.ts',
+  'activities/headline/prompt.ts',
+  'activities/headline/schema.ts',
+  'activities/headline/step.ts',
+  'activities/steps.ts',
   'workflows/index.ts',
 ];
 
@@ -49,13 +53,13 @@ function listFiles(dir: string, under = ''): string[] {
 }
 
 describe('adding a step, as docs/add-a-step.md says', () => {
-  let env: TestWorkflowEnvironment;
+  let testEnv: TestWorkflowEnvironment;
   let copy: string;
   let patches: string[];
   let bundle: WorkflowBundleWithSourceMap;
 
   before(async () => {
-    env = await timeSkippingEnv(defer);
+    testEnv = await timeSkippingEnv(defer);
     copy = scratchDir(defer, 'add-a-step-');
     copyRepository(copy);
     patches = diffBlocks(fs.readFileSync(GUIDE, 'utf8'));
@@ -66,7 +70,7 @@ describe('adding a step, as docs/add-a-step.md says', () => {
     });
   });
 
-  it('touches its activity file and registration, its contract entry and the workflow, and nothing else', () => {
+  it('touches its own folder, the step list and the workflow, and nothing else', () => {
     assert.equal(patches.length, EXPECTED_FILES.length, 'the guide should have one patch per file');
     assert.deepEqual(patches.flatMap(filesOf).sort(), EXPECTED_FILES);
     const changed = listFiles(copy)
@@ -100,7 +104,7 @@ describe('adding a step, as docs/add-a-step.md says', () => {
     );
   });
 
-  it('type-checks with the five changes alone', { timeout: 120_000 }, () => {
+  it('type-checks with those changes alone', { timeout: 120_000 }, () => {
     execFileSync(
       process.execPath,
       [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json', '--noEmit'],
@@ -111,72 +115,105 @@ describe('adding a step, as docs/add-a-step.md says', () => {
     );
   });
 
-  it(
-    'runs four steps, and the unchanged report and result table count the new one',
-    { timeout: 60_000 },
-    async () => {
-      const { loadConfig } = await import(path.join(copy, 'src', 'config.ts'));
-      const { createDependencies } = await import(path.join(copy, 'src', 'dependencies.ts'));
-      const { createPipelineWorker } = await import(path.join(copy, 'src', 'temporal', 'worker.ts'));
-      const { recoveryReport } = await import(path.join(copy, 'src', 'runs', 'history.ts'));
-      const { printOutcomes } = await import(path.join(copy, 'src', 'runs', 'result-table.ts'));
-      const contract = await import(path.join(copy, 'src', 'contract.ts'));
-      const config = loadConfig({ DATA_DIR: path.join(copy, 'data') });
-      const parts = await createDependencies(config);
-      defer(() => parts.close());
-      const taskQueue = `add-a-step-${randomUUID()}`;
-      const worker: Worker = await createPipelineWorker({
-        connection: env.nativeConnection,
-        namespace: env.namespace ?? 'default',
-        taskQueue,
-        deps: parts.deps,
-        workflowBundle: bundle,
-      });
-      const documentId = `doc-${randomUUID()}`;
-      const handle = await env.client.workflow.start('documentPipeline', {
-        taskQueue,
-        workflowId: `wf-${randomUUID()}`,
-        args: [
-          {
-            schemaVersion: 1,
-            documentId,
-            textRef: await parts.stores.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')),
-            title: 'Checkpoints',
-          },
-        ],
-      });
-      const result = await worker.runUntil(handle.result());
-      const headline = contract.HeadlineResultSchema.parse(result.headline);
-      assert.ok(headline.headline.length > 0);
-      assert.equal(headline.idempotencyKey, `${handle.firstExecutionRunId}:headline`);
-      assert.deepEqual(contract.STEPS, ['summarize', 'tag', 'headline', 'publish']);
+  for (const model of ['the offline model', "the demo's model server"] as const) {
+    it(
+      `runs four steps on ${model}; the unchanged report, result table and publication count the new one`,
+      { timeout: 90_000 },
+      async () => {
+        const { loadConfig } = await import(path.join(copy, 'src', 'config.ts'));
+        const { createDependencies } = await import(path.join(copy, 'src', 'dependencies.ts'));
+        const { createPipelineWorker } = await import(path.join(copy, 'src', 'temporal', 'worker.ts'));
+        const { recoveryReport } = await import(path.join(copy, 'src', 'runs', 'history.ts'));
+        const { printOutcomes } = await import(path.join(copy, 'src', 'runs', 'result-table.ts'));
+        const { modelStepResults } = await import(path.join(copy, 'src', 'contract.ts'));
+        const { STEPS } = await import(path.join(copy, 'src', 'steps.ts'));
+        const { HeadlineResultSchema } = await import(path.join(copy, 'activities', 'headline', 'schema.ts'));
+        const { demoModel, startModelServer } = await import(
+          path.join(copy, 'src', 'cli', 'demo', 'model-server.ts')
+        );
+        const env: Record<string, string> = { DATA_DIR: path.join(copy, `data-${randomUUID()}`) };
+        type Server = { baseUrl: string; requests: { step: string | undefined }[]; close(): Promise<void> };
+        const server: Server | undefined =
+          model === 'the offline model' ? undefined : await startModelServer(demoModel(0));
+        if (server !== undefined) {
+          defer(() => server.close());
+          Object.assign(env, {
+            MODEL: 'openai-compatible:demo',
+            OPENAI_BASE_URL: server.baseUrl,
+            MODEL_RPM: '10000',
+            MODEL_TPM: '10000000',
+          });
+        }
+        const parts = await createDependencies(loadConfig(env));
+        defer(() => parts.close());
+        const taskQueue = `add-a-step-${randomUUID()}`;
+        const worker: Worker = await createPipelineWorker({
+          connection: testEnv.nativeConnection,
+          namespace: testEnv.namespace ?? 'default',
+          taskQueue,
+          deps: parts.deps,
+          workflowBundle: bundle,
+        });
+        const documentId = `doc-${randomUUID()}`;
+        const handle = await testEnv.client.workflow.start('documentPipeline', {
+          taskQueue,
+          workflowId: `wf-${randomUUID()}`,
+          args: [
+            {
+              schemaVersion: 1,
+              documentId,
+              textRef: await parts.stores.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')),
+              title: 'Checkpoints',
+            },
+          ],
+        });
+        const result = await worker.runUntil(handle.result());
+        const headline = HeadlineResultSchema.parse(result.headline);
+        assert.ok(headline.headline.length > 0);
+        assert.equal(headline.idempotencyKey, `${handle.firstExecutionRunId}:headline`);
+        assert.deepEqual(STEPS, ['summarize', 'tag', 'headline', 'publish']);
+        if (server !== undefined)
+          assert.deepEqual(
+            server.requests.map((r) => r.step).sort(),
+            ['headline', 'summarize', 'tag'],
+            "each step asked the demo's model server once, named in its request",
+          );
 
-      const report = recoveryReport(await handle.fetchHistory());
-      assert.deepEqual(
-        report.steps.map((s: { step: string; status: string }) => [s.step, s.status]),
-        contract.STEPS.map((step: string) => [step, 'completed']),
-      );
-      assert.equal(contract.modelStepResults(result).length, 3, 'cost totals must count the headline step');
-      const printed: string[] = [];
-      printOutcomes(
-        [
-          {
-            source: 'x.md',
-            title: 'Checkpoints',
-            workflowId: handle.workflowId,
-            result,
-            error: undefined,
-            report,
-          },
-        ],
-        (line: string) => printed.push(line),
-      );
-      assert.ok(
-        printed.some((line) => line.includes('headline: ran once')),
-        printed.join('\n'),
-      );
-    },
-  );
+        const report = recoveryReport(await handle.fetchHistory());
+        assert.deepEqual(
+          report.steps.map((s: { step: string; status: string }) => [s.step, s.status]),
+          STEPS.map((step: string) => [step, 'completed']),
+        );
+        assert.equal(modelStepResults(result).length, 3, 'cost totals must count the headline step');
+        const printed: string[] = [];
+        printOutcomes(
+          [
+            {
+              source: 'x.md',
+              title: 'Checkpoints',
+              workflowId: handle.workflowId,
+              result,
+              error: undefined,
+              report,
+            },
+          ],
+          (line: string) => printed.push(line),
+          { columns: 200 },
+        );
+        assert.ok(
+          printed.some((line) => line.includes('headline: ran once')),
+          printed.join('\n'),
+        );
+        assert.ok(
+          printed.some((line) => /\bHeadline\b/.test(line)) &&
+            printed.some((line) => line.includes(headline.headline.slice(0, 20))),
+          `the result table shows the headline column: ${printed.join('\n')}`,
+        );
+        const stored = await parts.stores.publications().currentPublication(documentId);
+        assert.equal(stored?.fields.headline, headline.headline, 'the publication carries the headline');
+      },
+    );
+  }
 
   it('still replays the histories recorded before the step existed (it is behind patched())', async () => {
     const dir = path.join(ROOT, 'test', 'histories');

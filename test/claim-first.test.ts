@@ -15,7 +15,7 @@ import { createActivities } from '../activities';
 import type { AnswerMemo } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import { FailureType } from '../src/contract';
-import type { SummarizeResult } from '../src/contract';
+import type { SummarizeResult } from '../activities/summarize/schema';
 import { completion, modelServerFor, openAIModel, SAMPLE_TEXT, SUMMARY, tempParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
 import type { ChatScript, LocalParts, ModelServer } from './helpers';

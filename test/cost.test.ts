@@ -10,7 +10,9 @@ import { publishedOutcome } from './outcomes';
 import { loadConfig } from '../src/config';
 import { DEFAULT_PRICES, estimateCost, formatCost, totalUsage } from '../src/model/pricing';
 import { UsageSchema } from '../src/contract';
-import type { SummarizeResult, TagResult, Usage } from '../src/contract';
+import type { Usage } from '../src/contract';
+import type { SummarizeResult } from '../activities/summarize/schema';
+import type { TagResult } from '../activities/tag/schema';
 import { genAiUsageAttributes } from '../src/telemetry/spans';
 import {
   completion,

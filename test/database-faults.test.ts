@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
-import type { SummarizeResult } from '../src/contract';
+import type { SummarizeResult } from '../activities/summarize/schema';
 import { Database, isOutage } from '../src/lib/postgres';
 import { SqlAnswerMemo } from '../src/model/memo-store';
 import { migrate } from '../src/store/migrate';

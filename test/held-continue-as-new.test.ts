@@ -97,13 +97,9 @@ function countingModel(calls: string[]): DocumentModel {
   return {
     info: inner.info,
     promptVersion: inner.promptVersion,
-    summarize: (...args) => {
-      calls.push('summarize');
-      return inner.summarize(...args);
-    },
-    tag: (...args) => {
-      calls.push('tag');
-      return inner.tag(...args);
+    ask: (request, text, call) => {
+      calls.push(request.step);
+      return inner.ask(request, text, call);
     },
   };
 }

@@ -21,7 +21,8 @@ import { BusyDetailsSchema } from '../src/model/pacer';
 import { pipelineMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { FailureType } from '../src/contract';
-import type { SummarizeResult, TagResult } from '../src/contract';
+import type { SummarizeResult } from '../activities/summarize/schema';
+import type { TagResult } from '../activities/tag/schema';
 import {
   applicationFailure,
   closeServer,

@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { markdownToPlainText } from '../src/model/markdown';
-import { countTokens, extractiveSummary, keywordTags } from '../src/model/offline-nlp';
+import { countTokens } from '../src/model/offline-nlp';
+import { extractiveSummary } from '../activities/summarize/offline';
+import { keywordTags } from '../activities/tag/offline';
 
 import { SAMPLES_DIR } from '../src/config';
 /**

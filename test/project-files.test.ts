@@ -196,7 +196,9 @@ const NAMED_BUT_ABSENT: Readonly<Record<string, string>> = {
 /** The files the patches of docs/add-a-step.md create (`--- /dev/null` then `+++ b/<path>`). */
 function newFilesOfPatches(): Set<string> {
   const guide = fs.readFileSync(path.join(ROOT, 'docs', 'add-a-step.md'), 'utf8');
-  return new Set([...guide.matchAll(/^--- \/dev\/null\n\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? ''));
+  const files = [...guide.matchAll(/^--- \/dev\/null\n\+\+\+ b\/(\S+)$/gm)].map((m) => m[1] ?? '');
+  // And the folders they make (`activities/headline/`).
+  return new Set([...files, ...files.map((file) => `${path.dirname(file)}/`)]);
 }
 
 /** The comments of a TypeScript or JavaScript file, each as its text without the comment markers. */

@@ -12,6 +12,8 @@ import { findProvider } from '../src/model/providers';
 import { cleanupAfterAll } from './scratch';
 import { goDuration, startLimitedProvider } from './provider-limits';
 import type { LimitedProvider, LimitedProviderOptions } from './provider-limits';
+import { summarizeRequest } from '../activities/summarize/prompt';
+import { tagRequest } from '../activities/tag/prompt';
 
 const defer = cleanupAfterAll();
 /** The provider's clock starts here, so Anthropic's reset times read as real dates. */
@@ -33,7 +35,10 @@ interface Answer {
   body: unknown;
 }
 
-/** A chat completion request with a user message of `chars` characters (chars/4 prompt tokens). */
+/**
+ * A summarize step's chat completion request, as the pipeline sends one (x-pipeline-step names the step), with a
+ * user message of `chars` characters (chars/4 prompt tokens).
+ */
 async function chat(
   provider: LimitedProvider,
   {
@@ -49,6 +54,7 @@ async function chat(
     headers: {
       'content-type': 'application/json',
       authorization: 'Bearer test',
+      'x-pipeline-step': 'summarize',
       ...(key === undefined ? {} : { 'idempotency-key': key }),
     },
     body: JSON.stringify({
@@ -406,8 +412,8 @@ describe('the stand-in, as the AI SDK clients see it', () => {
         idempotencyKey: `run-1:${step}`,
         signal: new AbortController().signal,
       });
-      const summary = await client.summarize(text, 2, call('summarize'));
-      const tags = await client.tag(text, 3, call('tag'));
+      const summary = await client.ask(summarizeRequest(2), text, call('summarize'));
+      const tags = await client.ask(tagRequest(3), text, call('tag'));
       assert.match(summary.value, /Ownership is how Rust manages memory\./);
       assert.ok(tags.value.length > 0, JSON.stringify(tags));
       assert.ok(summary.usage.inputTokens > 0 && summary.usage.outputTokens > 0, JSON.stringify(summary));

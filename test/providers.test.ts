@@ -15,7 +15,7 @@ import { FailureType } from '../src/contract';
 import type { Usage } from '../src/contract';
 import { createModel } from '../src/dependencies';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
-import { AiSdkModel, MAX_OUTPUT_TOKENS } from '../src/model/ai-sdk';
+import { AiSdkModel } from '../src/model/ai-sdk';
 import { BusyDetailsSchema } from '../src/model/pacer';
 import { DEFAULT_PRICES, estimateCost } from '../src/model/pricing';
 import { remoteModel } from '../src/model/choose';
@@ -24,6 +24,8 @@ import type { DocumentModel, ModelCall } from '../src/model/types';
 import { applicationFailure, modelServerFor, SAMPLE_TEXT, until } from './helpers';
 import { cleanupAfterAll } from './scratch';
 import type { ChatReply } from './helpers';
+import { summarizeRequest } from '../activities/summarize/prompt';
+import { tagRequest } from '../activities/tag/prompt';
 
 const defer = cleanupAfterAll();
 const KEY = 'run-1:tag';
@@ -410,9 +412,9 @@ for (const wire of WIRES) {
         body: wire.answer(wire.schemaOf(request.body) === undefined ? ' A summary. ' : TAGS_JSON, USAGE),
       }));
       const model = modelFor(wire, server);
-      const summary = await model.summarize(SAMPLE_TEXT, 2, call());
+      const summary = await model.ask(summarizeRequest(2), SAMPLE_TEXT, call());
       assert.deepEqual(summary, { value: 'A summary.', usage: USAGE });
-      const tags = await model.tag(SAMPLE_TEXT, 5, call());
+      const tags = await model.ask(tagRequest(5), SAMPLE_TEXT, call());
       assert.deepEqual(tags, { value: ['checkpoints', 'idempotency'], usage: USAGE });
       assert.deepEqual(model.info, { provider: wire.provider, model: wire.model });
 
@@ -424,8 +426,8 @@ for (const wire of WIRES) {
         assert.equal(request.credential, wire.credential);
       }
       // Every request caps its answer, the first one too: a rate limiter reserves the cap before the call.
-      assert.equal(wire.maxTokensOf(plain?.body), MAX_OUTPUT_TOKENS.summarize(2));
-      assert.equal(wire.maxTokensOf(tagged?.body), MAX_OUTPUT_TOKENS.tag(5));
+      assert.equal(wire.maxTokensOf(plain?.body), summarizeRequest(2).maxOutputTokens);
+      assert.equal(wire.maxTokensOf(tagged?.body), tagRequest(5).maxOutputTokens);
       assert.equal(wire.schemaOf(plain?.body), undefined, 'the summary asked for structured output');
       // The tag schema goes out as JSON schema, without the length checks strict modes refuse.
       assert.deepEqual(
@@ -443,8 +445,8 @@ for (const wire of WIRES) {
         'authorization',
       );
       const model = modelFor(wire, server);
-      await model.summarize(SAMPLE_TEXT, 2, call());
-      await model.tag(SAMPLE_TEXT, 5, call());
+      await model.ask(summarizeRequest(2), SAMPLE_TEXT, call());
+      await model.ask(tagRequest(5), SAMPLE_TEXT, call());
       assert.deepEqual(
         server.requests.map((r) => r.step),
         ['summarize', 'tag'],
@@ -483,7 +485,7 @@ for (const wire of WIRES) {
       };
       const server = await wire.start(() => ({ body: wire.answer('A summary.', usage) }));
       const model = modelFor(wire, server);
-      const answer = await model.summarize(SAMPLE_TEXT, 2, call());
+      const answer = await model.ask(summarizeRequest(2), SAMPLE_TEXT, call());
       assert.deepEqual(answer.usage, usage);
 
       const prices = {
@@ -503,7 +505,7 @@ for (const wire of WIRES) {
 
     it('a retry after a refused answer quotes the refusal and caps the tokens', async () => {
       const server = await wire.start(() => ({ body: wire.answer(TAGS_JSON, USAGE) }));
-      await modelFor(wire, server).tag(SAMPLE_TEXT, 3, call({ retryHint: 'it was cut off' }));
+      await modelFor(wire, server).ask(tagRequest(3), SAMPLE_TEXT, call({ retryHint: 'it was cut off' }));
       const [request] = server.requests;
       const blocks = wire.blocksOf(request?.body);
       // The refusal is quoted after the document, in the step's task: the prefix a prompt cache holds is unchanged.
@@ -522,7 +524,7 @@ for (const wire of WIRES) {
     it('429 with Retry-After is back-pressure (ProviderBusy) after exactly that delay, in one request (the SDK does not retry)', async () => {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after': '7' } }));
       await assert.rejects(
-        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        modelFor(wire, server).ask(summarizeRequest(2), SAMPLE_TEXT, call()),
         busy([/HTTP 429 \(rate limited\); Retry-After 7 s/], { overloaded: false, retryAfterMs: 7_000 }),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
@@ -531,7 +533,7 @@ for (const wire of WIRES) {
     it('429 with a retry-after-ms beyond a day waits a day, as a Retry-After would', async () => {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after-ms': '9e12' } }));
       await assert.rejects(
-        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        modelFor(wire, server).ask(summarizeRequest(2), SAMPLE_TEXT, call()),
         busy([/HTTP 429/], { overloaded: false, retryAfterMs: 24 * 60 * 60 * 1000 }),
       );
     });
@@ -542,7 +544,7 @@ for (const wire of WIRES) {
         headers: { 'retry-after-ms': '1500', 'retry-after': '2' },
       }));
       await assert.rejects(
-        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        modelFor(wire, server).ask(summarizeRequest(2), SAMPLE_TEXT, call()),
         busy([/HTTP 429/], { overloaded: false, retryAfterMs: 1_500 }),
       );
     });
@@ -550,7 +552,7 @@ for (const wire of WIRES) {
     it('429 with a retry-after-ms below a second says it to the millisecond, not "0 s"', async () => {
       const server = await wire.start(() => ({ ...wire.error(429), headers: { 'retry-after-ms': '400' } }));
       await assert.rejects(
-        modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+        modelFor(wire, server).ask(summarizeRequest(2), SAMPLE_TEXT, call()),
         busy([/HTTP 429 \(rate limited\); Retry-After 400 ms/], { overloaded: false, retryAfterMs: 400 }),
       );
     });
@@ -558,7 +560,7 @@ for (const wire of WIRES) {
     it("a 500 in the provider's error shape is retryable TransientModelError with the policy's backoff, in one request", async () => {
       const server = await wire.start(() => wire.error(500));
       await assert.rejects(
-        modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
+        modelFor(wire, server).ask(tagRequest(3), SAMPLE_TEXT, call()),
         applicationFailure(FailureType.TransientModelError, true, [/HTTP 500/, /error/], (f) =>
           assert.equal(f.nextRetryDelay, undefined),
         ),
@@ -570,7 +572,7 @@ for (const wire of WIRES) {
     it(`an overload (${overload}) in the provider's error shape is back-pressure (ProviderBusy) with the policy's backoff, in one request`, async () => {
       const server = await wire.start(() => wire.error(overload));
       await assert.rejects(
-        modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
+        modelFor(wire, server).ask(tagRequest(3), SAMPLE_TEXT, call()),
         busy([new RegExp(`HTTP ${overload} \\(overloaded\\)`), /error/], { overloaded: true }),
       );
       assert.equal(server.requests.length, 1, 'the SDK retried on its own');
@@ -590,7 +592,7 @@ for (const wire of WIRES) {
       it(`${status} is non-retryable ModelRejected with a hint`, async () => {
         const server = await wire.start(() => wire.error(status));
         await assert.rejects(
-          modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call()),
+          modelFor(wire, server).ask(summarizeRequest(2), SAMPLE_TEXT, call()),
           applicationFailure(FailureType.ModelRejected, false, [
             new RegExp(`answered HTTP ${status}: \\{`),
             hint,
@@ -605,7 +607,9 @@ for (const wire of WIRES) {
         const server = await wire.start(() => ({ body: wire.truncated('{"tags": ["checkp', USAGE) }));
         const model: DocumentModel = modelFor(wire, server);
         await assert.rejects(
-          step === 'tag' ? model.tag(SAMPLE_TEXT, 3, call()) : model.summarize(SAMPLE_TEXT, 2, call()),
+          step === 'tag'
+            ? model.ask(tagRequest(3), SAMPLE_TEXT, call())
+            : model.ask(summarizeRequest(2), SAMPLE_TEXT, call()),
           applicationFailure(
             FailureType.ModelOutputInvalid,
             true,
@@ -630,7 +634,7 @@ for (const wire of WIRES) {
       it(`a tag object with ${name} is retryable ModelOutputInvalid naming the field, with its paid usage`, async () => {
         const server = await wire.start(() => ({ body: wire.answer(text, USAGE) }));
         await assert.rejects(
-          modelFor(wire, server).tag(SAMPLE_TEXT, 3, call()),
+          modelFor(wire, server).ask(tagRequest(3), SAMPLE_TEXT, call()),
           applicationFailure(
             FailureType.ModelOutputInvalid,
             true,
@@ -645,7 +649,11 @@ for (const wire of WIRES) {
     it("the activity's abort signal cancels the request at once", async () => {
       const server = await wire.start(() => 'hang');
       const controller = new AbortController();
-      const asked = modelFor(wire, server).summarize(SAMPLE_TEXT, 2, call({ signal: controller.signal }));
+      const asked = modelFor(wire, server).ask(
+        summarizeRequest(2),
+        SAMPLE_TEXT,
+        call({ signal: controller.signal }),
+      );
       await until(() => server.requests.length === 1, 'the request to arrive');
       const reason = new Error('activity cancelled');
       controller.abort(reason);
@@ -689,7 +697,7 @@ describe('switching provider is one variable', () => {
     it(`${chosen} speaks ${wire.path}`, async () => {
       const server = await wire.start(() => ({ body: wire.answer('A summary.', USAGE) }));
       const model = createModel(loadConfig({ ...env, [base]: server.baseUrl }));
-      const answer = await model.summarize(SAMPLE_TEXT, 1, call());
+      const answer = await model.ask(summarizeRequest(1), SAMPLE_TEXT, call());
       assert.equal(answer.value, 'A summary.');
       assert.equal(server.requests[0]?.path, wire.path);
       assert.equal(server.requests[0]?.credential, wire.credential);

@@ -14,6 +14,8 @@ import { OfflineModel } from '../src/model/offline-model';
 import { score } from '../src/model/offline-nlp';
 import { SAMPLES_DIR } from '../src/config';
 import type { TestRequest } from './fixtures/test-thread';
+import { summarizeRequest } from '../activities/summarize/prompt';
+import { tagRequest } from '../activities/tag/prompt';
 
 const run = promisify(execFile);
 
@@ -22,9 +24,14 @@ describe('the offline model on its own thread', () => {
     const model = new OfflineModel();
     for (const name of ['durable-execution', 'tidal-energy']) {
       const text = fs.readFileSync(path.join(SAMPLES_DIR, `${name}.md`), 'utf8');
-      const [summary, tags] = await Promise.all([model.summarize(text, 3), model.tag(text, 5)]);
-      assert.deepEqual(summary, score({ op: 'summarize', text, maxSentences: 3 }));
-      assert.deepEqual(tags, score({ op: 'tag', text, maxTags: 5 }));
+      const [summary, tags] = await Promise.all([
+        model.ask(summarizeRequest(3), text),
+        model.ask(tagRequest(5), text),
+      ]);
+      const offline = (request: { offline: { module: string; input: unknown } }) =>
+        score({ ...request.offline, text });
+      assert.deepEqual(summary, offline(summarizeRequest(3)));
+      assert.deepEqual(tags, offline(tagRequest(5)));
       assert.ok(summary.value.length > 0 && tags.value.length > 0, `${name}: an empty answer`);
     }
   });

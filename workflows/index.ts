@@ -19,9 +19,10 @@ import type {
   PublishInput,
   PublishResult,
   StepResultsBeforePublish,
-  SummarizeResult,
-  TagResult,
 } from '../src/contract';
+import type { SummarizeResult } from '../activities/summarize/schema';
+import type { TagResult } from '../activities/tag/schema';
+import { modelOf, publicationFields } from '../activities/steps';
 import {
   budgetIdOf,
   FailureType,
@@ -188,22 +189,22 @@ export async function documentPipeline(
     summary = await summarizeStep();
     tags = await tagStep();
   }
+  // The steps' results so far, as the run's result holds them: a held run that continues as new carries them.
+  const results = { summary, tags };
   // scheduledAt orders this run's publication against other runs of the document, so that a late publication of
   // an older run never overwrites a newer one (docs/recovery.md): workflow time is deterministic (the current
   // workflow task's start), fixed in the step's input for all its retries, and later in every later run. Not
   // workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old run's first task, so
   // the reset run would report the same start time as the run it replaces.
+  // What each step contributes to the publication (activities/steps.ts), and the model that made it.
   const publishInput = {
     documentId,
     title,
     textRef,
-    summary: summary.summary,
-    tags: tags.tags,
-    model: summary.model,
+    ...publicationFields(results),
+    model: modelOf(results),
     scheduledAt: Date.now(),
   };
-  // The steps' results so far, as the run's result holds them: a held run that continues as new carries them.
-  const results = { summary, tags };
   // A held delivery (it may have landed unanswered: a person, or the receiver's lookup, must say) is a state of
   // the run, shown by its progress and its batch, not a retry that the step budget ends: the run waits for the
   // verdict as long as it takes, then looks again.

@@ -4,6 +4,8 @@ import Database from 'better-sqlite3';
 import { OfflineModel } from '../../src/model/offline-model';
 import { loopRow, percentile, round } from './rows';
 import type { Doc, Row } from './rows';
+import { summarizeRequest } from '../../activities/summarize/prompt';
+import { tagRequest } from '../../activities/tag/prompt';
 
 /** The offline model every path of the benchmark calls, with no latency of its own. */
 export const model = new OfflineModel(0);
@@ -23,8 +25,8 @@ export async function plainLoop(
   const started = performance.now();
   for (const doc of docs) {
     const t = performance.now();
-    const summary = await model.summarize(doc.text, 3, call(`${doc.name}:summarize`));
-    const tags = await model.tag(doc.text, 5, call(`${doc.name}:tag`));
+    const summary = await model.ask(summarizeRequest(3), doc.text, call(`${doc.name}:summarize`));
+    const tags = await model.ask(tagRequest(5), doc.text, call(`${doc.name}:tag`));
     publish.run(doc.name, summary.value, JSON.stringify(tags.value));
     workMs.set(doc.name, performance.now() - t);
   }
@@ -75,8 +77,10 @@ export async function checkpointLoop(
   const started = performance.now();
   for (const doc of docs) {
     const t = performance.now();
-    const summary = await step(doc.name, 'summarize', () => model.summarize(doc.text, 3, call('s')));
-    const tags = await step(doc.name, 'tag', () => model.tag(doc.text, 5, call('t')));
+    const summary = await step(doc.name, 'summarize', () =>
+      model.ask(summarizeRequest(3), doc.text, call('s')),
+    );
+    const tags = await step(doc.name, 'tag', () => model.ask(tagRequest(5), doc.text, call('t')));
     await step(doc.name, 'publish', async () => {
       publish.run(doc.name, summary.value, JSON.stringify(tags.value));
       return true;

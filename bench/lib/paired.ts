@@ -23,6 +23,8 @@ import type { PhaseRecorder } from './breakdown';
 import type { Server } from './server';
 import { runBusySteps, yardstickWorker } from './temporal-alone';
 import { emptySteps, emptyStepsPatched } from './workflows';
+import { summarizeRequest } from '../../activities/summarize/prompt';
+import { tagRequest } from '../../activities/tag/prompt';
 
 const OPTIONS = PipelineOptionsSchema.parse({});
 
@@ -58,11 +60,10 @@ const timing = new RequestThread<OfflineRequest, number>(
  */
 async function modelTimes(doc: Doc): Promise<{ summarize: number; tag: number }> {
   const summarize = await timing.call({
-    op: 'summarize',
+    ...summarizeRequest(OPTIONS.maxSummarySentences).offline,
     text: doc.text,
-    maxSentences: OPTIONS.maxSummarySentences,
   });
-  const tag = await timing.call({ op: 'tag', text: doc.text, maxTags: OPTIONS.maxTags });
+  const tag = await timing.call({ ...tagRequest(OPTIONS.maxTags).offline, text: doc.text });
   return { summarize, tag };
 }
 

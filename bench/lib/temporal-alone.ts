@@ -9,6 +9,8 @@ import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
 import { PipelineOptionsSchema } from '../../src/contract';
 import type { OfflineAnswer, OfflineRequest } from '../../src/model/offline-nlp';
+import { summarizeRequest } from '../../activities/summarize/prompt';
+import { tagRequest } from '../../activities/tag/prompt';
 
 /**
  * The busy yardstick's model: the offline model's own scoring, on a thread of the yardstick's, asked as the offline
@@ -38,8 +40,8 @@ const activities = {
     if (text === undefined) throw new Error(`the busy yardstick has no text named ${name}`);
     await scorer.call(
       step === 'summarize'
-        ? { op: 'summarize', text, maxSentences: OPTIONS.maxSummarySentences }
-        : { op: 'tag', text, maxTags: OPTIONS.maxTags },
+        ? { ...summarizeRequest(OPTIONS.maxSummarySentences).offline, text }
+        : { ...tagRequest(OPTIONS.maxTags).offline, text },
     );
   },
 };

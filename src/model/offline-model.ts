@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RequestThread } from '../lib/thread';
 import type { OfflineAnswer, OfflineRequest } from './offline-nlp';
-import type { DocumentModel, ModelAnswer, ModelCall } from './types';
+import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
 
 /**
  * The one thread of this process that scores texts for every OfflineModel in it. The scoring is ~20 ms of CPU a
@@ -15,8 +15,8 @@ const scorer = new RequestThread<OfflineRequest, OfflineAnswer>(
 );
 
 /**
- * The embedded default while MODEL names no provider: an extractive summary and keyword tags computed from the
- * text with wink-nlp, on a thread of its own. Deterministic and free; results are labelled provider "offline". An
+ * The embedded default while MODEL names no provider: each step's offline answer (activities/<step>/offline.ts,
+ * an extractive summary, keyword tags) computed from the text with wink-nlp, on a thread of its own. Deterministic and free; results are labelled provider "offline". An
  * optional latency stands in for a remote model's, so a demo or a chaos test can kill a worker in the middle of a
  * "call".
  */
@@ -27,18 +27,15 @@ export class OfflineModel implements DocumentModel {
 
   constructor(private readonly latencyMs = 0) {}
 
-  async summarize(text: string, maxSentences: number, call?: ModelCall): Promise<ModelAnswer<string>> {
+  /**
+   * Answers with the step's own offline function (request.offline), on the scoring thread. The value is whatever
+   * the step's function returns: the step checks it against its schema (runModelStep), as any model's answer.
+   */
+  async ask<T>(request: ModelRequest<T>, text: string, call?: ModelCall): Promise<ModelAnswer<T>> {
     await this.wait(call?.signal);
-    const { value, usage } = await scorer.call({ op: 'summarize', text, maxSentences }, call?.signal);
-    if (typeof value !== 'string') throw new Error("the offline model's thread answered a summary with tags");
-    return { value, usage };
-  }
-
-  async tag(text: string, maxTags: number, call?: ModelCall): Promise<ModelAnswer<string[]>> {
-    await this.wait(call?.signal);
-    const { value, usage } = await scorer.call({ op: 'tag', text, maxTags }, call?.signal);
-    if (typeof value === 'string') throw new Error("the offline model's thread answered tags with a summary");
-    return { value, usage };
+    const { module, input } = request.offline;
+    const { value, usage } = await scorer.call({ module, text, input }, call?.signal);
+    return { value: value as T, usage };
   }
 
   private async wait(signal: AbortSignal | undefined): Promise<void> {

@@ -1,3 +1,4 @@
+import type { z } from 'zod';
 import type { ModelInfo, Usage } from '../contract';
 import type { BudgetRef } from './rate-limit-store';
 
@@ -33,11 +34,59 @@ export interface ModelAnswer<T> {
   usage: Usage;
 }
 
-/** The two model-backed operations of the pipeline. Implementations: offline (embedded) and AiSdkModel (ai-sdk.ts). */
+/**
+ * What a model step asks, in the one form every model answers: the step's instructions about the document, the
+ * shape of the answer, and its token limit. A step's folder builds it (activities/<step>/prompt.ts); nothing in
+ * src/model/ knows one step from another.
+ */
+export interface ModelRequest<T> {
+  /** The step asking: sent as the x-pipeline-step header, for servers and proxies that tell requests apart. */
+  step: string;
+  /** The task, given after the document. */
+  instructions: string;
+  /** The answer's shape: free text, or a JSON value following a schema. */
+  answer: TextAnswer<T> | JsonAnswer<T>;
+  /** The most tokens the answer may use: sent with the request, and reserved by the pacing before it. */
+  maxOutputTokens: number;
+  /**
+   * The step's own offline answer, which the offline model runs on its thread: a module (its resolved path)
+   * exporting `offlineAnswer(text, input)`, and the input to give it.
+   */
+  offline: { module: string; input: unknown };
+}
+
+/** A free-text answer: `read` turns the trimmed text (never empty: an empty answer is refused) into the step's value. */
+export interface TextAnswer<T> {
+  kind: 'text';
+  read(text: string): T;
+}
+
+/**
+ * A structured answer: the provider is asked for JSON following `schema` (named `name`, as providers want), and
+ * `read` turns the parsed value into the step's value.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each step's schema has an output type of its own
+export interface JsonAnswer<T, A = any> {
+  kind: 'json';
+  name: string;
+  schema: z.ZodType<A>;
+  read(parsed: A): T;
+}
+
+/** A structured answer, its parsed type inferred from the schema. */
+export function jsonAnswer<A, T>(answer: Omit<JsonAnswer<T, A>, 'kind'>): JsonAnswer<T, A> {
+  return { kind: 'json', ...answer };
+}
+
+/** The module a step's offline answer lives in (activities/<step>/offline.ts): what the offline thread runs. */
+export interface OfflineStepModule {
+  offlineAnswer(text: string, input: unknown): unknown;
+}
+
+/** The model port: every model step asks through `ask`. Implementations: offline (embedded) and AiSdkModel (ai-sdk.ts). */
 export interface DocumentModel {
   readonly info: ModelInfo;
-  /** Changes whenever the prompts or the answer's shape change, so memoised answers to old prompts stop matching. */
+  /** Changes whenever the framing of the prompts changes, so memoised answers to old prompts stop matching. */
   readonly promptVersion: string;
-  summarize(text: string, maxSentences: number, call: ModelCall): Promise<ModelAnswer<string>>;
-  tag(text: string, maxTags: number, call: ModelCall): Promise<ModelAnswer<string[]>>;
+  ask<T>(request: ModelRequest<T>, text: string, call: ModelCall): Promise<ModelAnswer<T>>;
 }

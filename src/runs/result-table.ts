@@ -1,4 +1,7 @@
 import path from 'node:path';
+import { modelOf, STEP_LIST } from '../../activities/steps';
+import { modelName } from '../../activities/step-definition';
+import type { StepDefinition } from '../../activities/step-definition';
 import { modelStepResults } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
 import { formatCost, formatTokens, totalUsage } from '../model/pricing';
@@ -130,11 +133,6 @@ function producedEarlier(outcome: DocumentOutcome): boolean {
   return steps.length > 0 && steps.every((s) => s.doneEarlier);
 }
 
-/** `provider/model`, or just `offline` for the offline model. */
-function modelName(model: ModelInfo): string {
-  return model.provider === 'offline' ? 'offline' : `${model.provider}/${model.model}`;
-}
-
 export function printOutcomes(
   outcomes: readonly DocumentOutcome[],
   print: (line: string) => void,
@@ -147,56 +145,59 @@ export function printOutcomes(
     configuredModel?: ModelInfo;
   } = {},
 ): void {
+  // The steps' own columns (activities/steps.ts, `table`), in step order; the last gives way to the terminal's width.
+  const stepColumns = (STEP_LIST as readonly StepDefinition[]).flatMap((step) =>
+    step.table === undefined ? [] : [{ step, header: step.table.header }],
+  );
   const rows = outcomes.map((o) => {
     const steps = o.report?.steps.map((s) => `${s.step}: ${describeStep(s)}`).join('; ') ?? '-';
+    const cells = stepColumns.map(({ step }) => {
+      const result = o.result === undefined ? undefined : resultOf(o.result, step);
+      return result === undefined ? '-' : (step.table?.cell(result) ?? '-');
+    });
     return {
-      document: o.title,
-      status: statusCell(o),
-      model: o.result ? cut(modelName(o.result.summary.model), 28) : '-',
-      cost: describeUsage(paidSteps(o)),
-      tags: o.result ? o.result.tags.tags.join(', ') : '-',
+      fixed: [o.title, statusCell(o), describeUsage(paidSteps(o)), ...cells],
       steps: cut(steps, columns - 4),
     };
   });
   print('');
   print('Results');
-  const headers = {
-    document: 'Document',
-    status: 'Status',
-    model: 'Model',
-    cost: 'Tokens in/out, cost',
-    tags: 'Tags',
-    steps: 'Steps',
-  };
-  // The title and the tags give way to the terminal's width (a title is cut here, once); the other columns are short.
-  const widthOf = (key: 'status' | 'model' | 'cost'): number =>
-    Math.max(headers[key].length, ...rows.map((r) => r[key].length)) + 2;
-  const fixed = widthOf('status') + widthOf('model') + widthOf('cost');
+  const headers = ['Document', 'Status', 'Tokens in/out, cost', ...stepColumns.map((c) => c.header)];
+  const last = headers.length - 1;
+  // The title and the last column give way to the terminal's width (a title is cut here, once); the middle ones
+  // are short, cut at 28 characters.
+  for (const r of rows) for (let c = 3; c < last; c++) r.fixed[c] = cut(r.fixed[c] ?? '', 28);
+  const widthOf = (c: number): number =>
+    Math.max(headers[c]?.length ?? 0, ...rows.map((r) => r.fixed[c]?.length ?? 0)) + 2;
+  let fixed = 0;
+  for (let c = 1; c < last; c++) fixed += widthOf(c);
   const titleRoom = titleWidth(fixed + 26, columns);
-  for (const r of rows) r.document = cut(r.document, titleRoom);
-  const used = fixed + Math.max(headers.document.length, ...rows.map((r) => r.document.length)) + 2;
-  for (const r of rows) r.tags = cut(r.tags, Math.max(16, columns - used));
-  const shown = ['document', 'status', 'model', 'cost', 'tags'] as const;
-  const widths = shown.map((c) => Math.max(headers[c].length, ...rows.map((r) => r[c].length)));
-  const line = (r: Record<(typeof shown)[number], string>): string =>
-    shown
-      .map((c, i) => r[c].padEnd(widths[i] ?? 0))
+  for (const r of rows) r.fixed[0] = cut(r.fixed[0] ?? '', titleRoom);
+  const used = fixed + widthOf(0);
+  for (const r of rows) r.fixed[last] = cut(r.fixed[last] ?? '', Math.max(16, columns - used));
+  const widths = headers.map((_, c) => widthOf(c) - 2);
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, c) => cell.padEnd(widths[c] ?? 0))
       .join('  ')
       .trimEnd();
   print(line(headers));
   print(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const r of rows) {
-    print(line(r));
+    print(line(r.fixed));
     print(`    ${r.steps}`);
   }
   for (const o of outcomes) {
     if (o.error !== undefined) print(`FAILED ${o.source}: ${o.error}`);
   }
   for (const o of outcomes) {
-    if (o.result)
-      print(
-        `\n${o.title} [${o.result.summary.model.provider}/${o.result.summary.model.model}]\n  ${o.result.summary.summary}`,
-      );
+    const { result } = o;
+    if (result === undefined) continue;
+    for (const step of STEP_LIST as readonly StepDefinition[]) {
+      const stepResult = resultOf(result, step);
+      const detail = stepResult === undefined ? undefined : step.table?.detail?.(stepResult);
+      if (detail !== undefined) print(`\n${o.title} ${detail}`);
+    }
   }
   const reports = outcomes.flatMap((o) => (o.report ? [o.report] : []));
   const count = (status: DocumentStatus): number =>
@@ -254,7 +255,7 @@ export function printOutcomes(
   }
   const wanted = configuredModel === undefined ? undefined : modelName(configuredModel);
   const other = new Set(
-    earlier.flatMap((o) => (o.result ? [modelName(o.result.summary.model)] : [])).filter((m) => m !== wanted),
+    earlier.flatMap((o) => (o.result ? [modelName(modelOf(o.result))] : [])).filter((m) => m !== wanted),
   );
   if (wanted !== undefined && other.size > 0) {
     print(
@@ -262,6 +263,11 @@ export function printOutcomes(
         'add --rerun to process them with it.',
     );
   }
+}
+
+/** A step's result within a run's result (under its key); undefined when the run has none for it. */
+function resultOf(result: PipelineResult, step: StepDefinition): unknown {
+  return (result as unknown as Record<string, unknown>)[step.resultKey];
 }
 
 /**

@@ -1,13 +1,13 @@
-import type { Publisher } from '../src/publisher/types';
+import type { Publisher } from '../../src/publisher/types';
 import { ApplicationFailure } from '@temporalio/activity';
-import { FailureType, parseOrFail, PublishInputSchema } from '../src/contract';
-import type { PublishInput, PublishResult } from '../src/contract';
-import { noMetrics } from '../src/telemetry/metrics';
-import type { PipelineMetrics } from '../src/telemetry/metrics';
-import { withHeartbeats } from './heartbeat';
-import { idempotencyKey } from './idempotency';
-import { timed, timedSync } from './phases';
-import type { PhaseTimer } from './phases';
+import { FailureType, PublishInputSchema } from '../../src/contract';
+import type { PublishInput, PublishResult } from '../../src/contract';
+import { noMetrics } from '../../src/telemetry/metrics';
+import type { PipelineMetrics } from '../../src/telemetry/metrics';
+import { timed } from '../../src/telemetry/phases';
+import { stepInput } from '../check-input';
+import { withHeartbeats } from '../heartbeat';
+import { idempotencyKey } from '../idempotency';
 
 /**
  * Step 3, the one externally visible effect: hands the results to the publish target under the step's key.
@@ -16,20 +16,14 @@ import type { PhaseTimer } from './phases';
  * reset) has already published, the target answers `superseded` instead of writing: the step succeeds with that
  * receipt, since there is nothing left to retry.
  */
-export function createPublish(deps: {
-  publisher: Publisher;
-  metrics?: PipelineMetrics;
-  phases?: PhaseTimer;
-}) {
+export function create(deps: { publisher: Publisher; metrics?: PipelineMetrics }) {
   return async function publish(input: PublishInput): Promise<PublishResult> {
-    const { keyRunId, ...publication } = timedSync(deps.phases, 'input check', () =>
-      parseOrFail(PublishInputSchema, input, 'publish input'),
-    );
+    const { keyRunId, ...publication } = stepInput(PublishInputSchema, input, 'publish input');
     // A run that continued as new while its delivery was held sends it under the first run's key.
     const key = idempotencyKey(undefined, keyRunId);
     const metrics = deps.metrics ?? noMetrics;
     const receipt = await withHeartbeats((signal) =>
-      timed(deps.phases, 'publication', () => deps.publisher.publish(publication, key, signal)),
+      timed('publication', () => deps.publisher.publish(publication, key, signal)),
     ).catch((err: unknown) => {
       const held = err instanceof ApplicationFailure && err.type === FailureType.DeliveryHeld;
       metrics.publication(held ? 'held' : 'failed');
