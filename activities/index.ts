@@ -1,6 +1,5 @@
 import type { BlobStore } from '../src/documents/blobs';
 import type { Publisher } from '../src/publisher/types';
-import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { createBatchActivities } from './batch';
 import { checkBatchInput, checkPipelineInput } from './check-input';
 import type { ModelStepDependencies } from './model-step';
@@ -12,7 +11,6 @@ export interface ActivityDependencies extends ModelStepDependencies {
   publisher: Publisher;
   /** The texts' store; the batch workflow reads its manifest from it. */
   blobs: BlobStore;
-  metrics?: PipelineMetrics;
 }
 
 /** What each step's folder exports (activities/<step>/index.ts): its activity, given the worker's parts. */

@@ -48,7 +48,7 @@ export interface ModelStepOptions<T> {
 }
 
 /**
- * The body shared by summarize and tag: read the text by reference, then get the answer through the memo of paid
+ * The body every model step shares: read the text by reference, then get the answer through the memo of paid
  * answers while heartbeating (src/model/memo-call.ts). `input` is what shapes the answer besides the text
  * (maxSentences, maxTags); with the text, the model and its prompt version it makes the memo key, so a resubmitted
  * document reuses what a failed run paid for, and a different request is never answered with another's answer.

@@ -37,11 +37,6 @@ export const MODEL_STEP_LIST = STEP_LIST.filter(
   (step): step is ModelListed => step.model,
 ) as readonly StepDefinition<ModelStepName>[];
 
-/** The step of each name. */
-export function stepNamed(name: string): StepDefinition | undefined {
-  return STEP_LIST.find((step) => step.name === name) as StepDefinition | undefined;
-}
-
 /** The fields the model steps' results put into the publication, in step order. */
 export function publicationFields(results: ModelStepResults): Record<string, unknown> {
   const fields: Record<string, unknown> = {};

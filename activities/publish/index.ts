@@ -10,7 +10,7 @@ import { withHeartbeats } from '../heartbeat';
 import { idempotencyKey } from '../idempotency';
 
 /**
- * Step 3, the one externally visible effect: hands the results to the publish target under the step's key.
+ * The last step, the one externally visible effect: hands the results to the publish target under the step's key.
  * If the worker dies after the target committed and before Temporal recorded the step, the retry sends the same
  * key and the target answers with the first receipt instead of writing again. If a newer run of the document (a
  * reset) has already published, the target answers `superseded` instead of writing: the step succeeds with that

@@ -6,7 +6,7 @@ import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './type
 /**
  * The one thread of this process that scores texts for every OfflineModel in it. The scoring is ~20 ms of CPU a
  * document; on the event loop it held up every workflow task, heartbeat and commit of the worker meanwhile, where a
- * remote model leaves them be. One thread, not one per core: summarize and tag of a document, asked together,
+ * remote model leaves them be. One thread, not one per core: the steps of a document, asked together,
  * share one analysis of its text there (offline-nlp.ts keeps the last few).
  */
 const scorer = new RequestThread<OfflineRequest, OfflineAnswer>(
