@@ -21,7 +21,6 @@ import {
 } from '../src/temporal/codec';
 import { ConfigError, loadConfig } from '../src/config';
 import { FailureType } from '../src/contract';
-import { createPipelineWorker } from '../src/temporal/worker';
 import { recoveryReport } from '../src/runs/history';
 import { withDecodedResults } from '../src/runs/decode-history';
 import { documentPipeline } from '../workflows';
@@ -32,8 +31,8 @@ import {
   localParts,
   openAIModel,
   pipelineInput,
+  pipelineWorker,
   startModelServer,
-  workflowBundle,
 } from './helpers';
 
 const OLD_KEY = generateKey();
@@ -459,14 +458,7 @@ describe('encrypted runs on a real dev server', () => {
       payloadEncryption: { key: NEW_KEY, keyId: undefined, retired: undefined, required: true },
     });
     const taskQueue = `codec-plain-${randomUUID()}`;
-    const worker = await createPipelineWorker({
-      connection: env.nativeConnection,
-      namespace: env.namespace ?? 'default',
-      taskQueue,
-      deps: parts.deps,
-      workflowBundle: await workflowBundle(),
-      dataConverter,
-    });
+    const worker = await pipelineWorker(env, taskQueue, parts.deps, { dataConverter });
     try {
       const input = await pipelineInput(parts.blobs, '# Injected\n\nStarted by a client without the key.');
       // env.client has no codec: its input reaches the server as plaintext JSON.

@@ -47,6 +47,7 @@ import type { StartedPipeline } from '../src/runs/submit';
 import type { documentPipeline } from '../workflows';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { createPipelineWorker } from '../src/temporal/worker';
+import type { PipelineWorkerOptions } from '../src/temporal/worker';
 import { freePort, scratchDir, tempDir } from './scratch';
 import type { Defer } from './scratch';
 
@@ -121,6 +122,7 @@ export async function pipelineWorker(
   env: TestWorkflowEnvironment,
   taskQueue: string,
   deps: ActivityDependencies,
+  options: Pick<PipelineWorkerOptions, 'dataConverter' | 'phases'> = {},
 ): Promise<Worker> {
   return createPipelineWorker({
     connection: env.nativeConnection,
@@ -128,6 +130,7 @@ export async function pipelineWorker(
     taskQueue,
     deps,
     workflowBundle: await workflowBundle(),
+    ...options,
   });
 }
 

@@ -14,15 +14,14 @@ import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { timingPhases } from '../src/telemetry/phases';
 import type { Phase, PhaseTimer } from '../src/telemetry/phases';
-import { createPipelineWorker } from '../src/temporal/worker';
 import type { documentPipeline } from '../workflows';
 import {
   installQuietRuntime,
   pipelineInput,
   SAMPLE_TEXT,
   tempParts,
+  pipelineWorker,
   timeSkippingEnv,
-  workflowBundle,
 } from './helpers';
 import { cleanupAfterAll } from './scratch';
 
@@ -129,14 +128,7 @@ describe('phase timing on a worker', () => {
       },
     };
     const taskQueue = `phases-${randomUUID()}`;
-    const worker = await createPipelineWorker({
-      connection: env.nativeConnection,
-      namespace: env.namespace ?? 'default',
-      taskQueue,
-      deps: local.deps,
-      workflowBundle: await workflowBundle(),
-      phases: timer,
-    });
+    const worker = await pipelineWorker(env, taskQueue, local.deps, { phases: timer });
     const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
     const result = await worker.runUntil(
       env.client.workflow.execute<typeof documentPipeline>('documentPipeline', {
