@@ -271,11 +271,10 @@ for (const store of STORES) {
         // each answer came back), whatever host asked: 20 calls take ~1.5 s of turns.
         assert.ok(turns[19]! - turns[0]! > 1_200, `the last turn is ~1.5 s out: ${shown}`);
         assert.ok(turns[5]! - turns[0]! >= 60, `5 at once, then evenly: ${shown}`);
+        // Past the first 5, the i-th turn comes no sooner than (i - 5) turns of 100 ms after the first (the
+        // queue may catch up within its half second of slack, so single gaps can be shorter).
         for (let i = 6; i < 20; i++)
-          assert.ok(
-            turns[i]! - turns[i - 1]! >= 60,
-            `turns at least ~100 ms apart after the first 5: ${shown}`,
-          );
+          assert.ok(turns[i]! - turns[0]! >= (i - 5) * 100 - 60, `turn ${i} came too soon: ${shown}`);
         const status = await a.status(hold('x').scope, settings);
         assert.equal(status?.waiting !== undefined && status.waiting > 0, true);
       } finally {
