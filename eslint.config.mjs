@@ -77,10 +77,10 @@ export default tseslint.config(
                 'Import activities as types only (the step list, ../activities/steps, excepted): their code does I/O and must stay out of the sandbox.',
             },
             {
-              group: ['../src/*', '!../src/steps', '!../src/batch-steps'],
+              group: ['../src/*', '!../src/steps', '!../src/batch-steps', '!../src/review'],
               allowTypeImports: true,
               message:
-                'Workflow code may import values only from ../src/steps and ../src/batch-steps (other modules do I/O, or build schemas that every run would evaluate again); types from anywhere.',
+                'Workflow code may import values only from ../src/steps, ../src/batch-steps and ../src/review (other modules do I/O, or build schemas that every run would evaluate again); types from anywhere.',
             },
             {
               group: ['node:*'],

@@ -1,3 +1,5 @@
+import type { JsonValue } from '../src/contract';
+
 /**
  * The shape of a step's entry in the step list (activities/steps.ts), which each step's step.ts defines: what a step
  * is beyond its activity; `Result` is what its activity returns.
@@ -12,7 +14,7 @@ export interface StepDefinition<Name extends string = string, Key extends string
   /** Some runs' results lack it: a step added behind `patched()`, which runs recorded before it replay without. */
   optional?: true;
   /** The fields the step puts into the publication. */
-  publishes?: (result: Result) => Record<string, unknown>;
+  publishes?: (result: Result) => Record<string, JsonValue>;
   /** The step's column in the result table, and the line it adds under it for each document. */
   table?: { header: string; cell(result: Result): string; detail?(result: Result): string };
 }

@@ -7,7 +7,7 @@
  * The workflow bundle imports this file: it holds names and plain functions only (each step's step.ts), never a
  * schema, so a run does not build the steps' zod schemas in the sandbox.
  */
-import type { ModelStepFields } from '../src/contract';
+import type { JsonValue, ModelStepFields } from '../src/contract';
 import { publishStep } from './publish/step';
 import { summarizeStep } from './summarize/step';
 import { tagStep } from './tag/step';
@@ -38,8 +38,8 @@ export const MODEL_STEP_LIST = STEP_LIST.filter(
 ) as readonly StepDefinition<ModelStepName>[];
 
 /** The fields the model steps' results put into the publication, in step order. */
-export function publicationFields(results: ModelStepResults): Record<string, unknown> {
-  const fields: Record<string, unknown> = {};
+export function publicationFields(results: ModelStepResults): Record<string, JsonValue> {
+  const fields: Record<string, JsonValue> = {};
   for (const step of STEP_LIST as readonly StepDefinition[]) {
     const result: unknown = (results as Record<string, unknown>)[step.resultKey];
     if (result !== undefined && step.publishes !== undefined) Object.assign(fields, step.publishes(result));

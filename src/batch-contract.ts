@@ -6,7 +6,14 @@
  */
 import { z } from 'zod';
 import { BATCH_SCHEMA_VERSION, MAX_LISTED_FAILURES } from './batch-steps';
-import { BudgetInputSchema, DocumentIdSchema, PipelineOptionsSchema, STEPS, TextRefSchema } from './contract';
+import {
+  BudgetInputSchema,
+  DocumentIdSchema,
+  PipelineOptionsSchema,
+  ReviewSettingsSchema,
+  STEPS,
+  TextRefSchema,
+} from './contract';
 import type { StepName } from './contract';
 
 export * from './batch-steps';
@@ -62,6 +69,8 @@ export const BatchOptionsSchema = z
     pipeline: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
     /** What the batch's model calls may spend together (`--budget-usd`, `--budget-tokens`); unset: no limit. */
     budget: BudgetInputSchema.optional(),
+    /** Every document's draft waits for a person's review before it is published (src/review.ts). */
+    review: ReviewSettingsSchema.optional(),
   })
   .strict();
 export type BatchOptions = z.output<typeof BatchOptionsSchema>;
@@ -75,6 +84,8 @@ export const BatchTallySchema = z.object({
   failed: z.number().int().min(0),
   /** Of `done`: answered `superseded` (a newer run of the document had published first; nothing written). */
   superseded: z.number().int().min(0),
+  /** Of `done`: ended by a review that rejected the draft (or its deadline did): nothing published. */
+  rejected: z.number().int().min(0).optional(),
   /** Of `done`: finished before this batch asked (the same version had completed): nothing ran again. */
   doneEarlier: z.number().int().min(0),
   /** Documents whose run of this version was already under way (another submission's): waited on, not rerun. */

@@ -32,6 +32,12 @@ export interface BudgetWaitingDocument {
   budgetId: string;
 }
 
+/** A document whose draft awaits a person's review: its run and its source. */
+export interface ReviewWaitingDocument {
+  workflowId: string;
+  source: string;
+}
+
 export interface BatchProgress {
   total: number;
   /** Entries handed to a run (started or attached) so far. */
@@ -56,6 +62,8 @@ export interface BatchProgress {
    * Optional: batches started before budgets do not have it.
    */
   waitingForBudget?: BudgetWaitingDocument[];
+  /** The runs in the window whose draft awaits review (npm run review). Optional: older batches lack it. */
+  awaitingReview?: ReviewWaitingDocument[];
   /**
    * Small batches (up to OPEN_LISTED documents) only: how each document was taken up, by its manifest index:
    * started, started after ending the run of another version (replaced), found done earlier, or found under way
@@ -91,8 +99,10 @@ export function emptyTally(): BatchTally {
 /** What a finished document adds to the tally: every step done, its tokens, cost and memo reuse. */
 export function tallyResult(tally: BatchTally, result: PipelineResult): void {
   tally.done++;
-  if (result.publication.superseded === true) tally.superseded++;
-  for (const step of STEPS) tally.steps[step].done++;
+  if (result.publication === undefined) tally.rejected = (tally.rejected ?? 0) + 1;
+  if (result.publication?.superseded === true) tally.superseded++;
+  for (const step of STEPS)
+    if (step !== 'publish' || result.publication !== undefined) tally.steps[step].done++;
   for (const answer of modelStepResults(result)) {
     tally.inputTokens += answer.usage.inputTokens + (answer.rejectedUsage?.inputTokens ?? 0);
     tally.outputTokens += answer.usage.outputTokens + (answer.rejectedUsage?.outputTokens ?? 0);

@@ -8,6 +8,8 @@ import { DEFAULT_TASK_QUEUE } from './contract';
 import { DocumentExtensionsSchema } from './documents/files';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
+import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
+import type { ReviewSettings } from './review';
 import { readTracingSettings } from './telemetry/otlp-settings';
 import type { TracingSettings } from './telemetry/otlp-settings';
 import type { TemporalSettings } from './temporal/settings';
@@ -201,6 +203,21 @@ const EnvSchema = z.object({
   MODEL_TPM: optionalPositiveInt,
   MODEL_MAX_CONCURRENT: optionalPositiveInt,
   STEP_BUDGET_MINUTES: positiveInt(60),
+  REVIEW: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'off' : s.toLowerCase()))
+    .pipe(z.enum(['on', 'off'], { error: 'must be on or off' })),
+  REVIEW_TIMEOUT_HOURS: positiveInt(72).pipe(
+    z.number().max(MAX_REVIEW_MINUTES / 60, `must be at most ${MAX_REVIEW_MINUTES / 60} hours (30 days)`),
+  ),
+  REVIEW_ON_TIMEOUT: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'reject' : s))
+    .pipe(z.enum(REVIEW_POLICIES)),
   BATCH_WINDOW: positiveInt(16).pipe(z.number().max(1000, 'must be at most 1000 documents at once')),
   OPEN_DELIVERY_POLICY: z
     .string()
@@ -294,6 +311,11 @@ export interface Config {
   /** Document runs a batch keeps open at once (its sliding window). */
   batchWindow: number;
   /**
+   * REVIEW=on: every document's draft waits for a person's review before it is published (npm run review), for
+   * REVIEW_TIMEOUT_HOURS (default 72), then ends by REVIEW_ON_TIMEOUT (`reject`, the default, or `publish`).
+   */
+  review: ReviewSettings | undefined;
+  /**
    * What a webhook delivery does when it finds an earlier attempt's claim open (sent, never answered): `resend`
    * (the receiver dedupes by key), `hold` (wait for an operator's verdict), `auto` (resend once the receiver has
    * echoed a key, hold before).
@@ -378,6 +400,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
     batchWindow: e.BATCH_WINDOW,
+    review:
+      e.REVIEW === 'on'
+        ? { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT }
+        : undefined,
     openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,
     publishLookupUrl: e.PUBLISH_WEBHOOK_LOOKUP_URL,
     payloadEncryption: {

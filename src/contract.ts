@@ -19,6 +19,8 @@ import {
 } from './steps';
 import type { CompletePipelineInput, OptionName } from './steps';
 import type { ModelStepResults } from '../activities/steps';
+import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
+import type { ReviewOutcome } from './review';
 
 export * from './steps';
 
@@ -112,6 +114,14 @@ export const JsonValueSchema: z.ZodType<JsonValue> = z.lazy(() =>
   ]),
 );
 
+/** A run's review: how long it waits for a decision, and what it does when none comes. */
+export const ReviewSettingsSchema = z
+  .object({
+    timeoutMinutes: z.number().int().min(1).max(MAX_REVIEW_MINUTES),
+    onTimeout: z.enum(REVIEW_POLICIES),
+  })
+  .strict();
+
 export const PublishInputSchema = z
   .object({
     documentId: DocumentIdSchema,
@@ -191,6 +201,8 @@ export const PipelineInputSchema = z
     options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
     /** What the run's model calls may spend; a batch's runs share the batch's budget. */
     budget: BudgetInputSchema.optional(),
+    /** A person approves, edits or rejects the draft before it is published (src/review.ts, docs/review.md). */
+    review: ReviewSettingsSchema.optional(),
   })
   .strict();
 export type PipelineInput = z.input<typeof PipelineInputSchema>;
@@ -209,11 +221,17 @@ void fastPathType;
 export type PipelineResult = {
   documentId: string;
   title: string;
-  publication: PublishResult;
+  /** Absent only when a review rejected the draft (or its deadline did): nothing was published. */
+  publication?: PublishResult;
+  /** Runs with a review: how it ended (an edit lists what was published in place of the draft). */
+  review?: ReviewOutcome;
 } & ModelStepResults;
 
 /** The results of the steps before publish, as a run's result holds them (carried across continue-as-new). */
-export type StepResultsBeforePublish = Omit<PipelineResult, 'documentId' | 'title' | 'publication'>;
+export type StepResultsBeforePublish = Omit<
+  PipelineResult,
+  'documentId' | 'title' | 'publication' | 'review'
+>;
 
 /**
  * A held delivery handed to the next run when its run continues as new: what publish sends (its key's run

@@ -9,6 +9,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { ModelStepFields, PipelineResult } from './contract';
 import { MODEL_STEP_LIST, STEP_LIST } from '../activities/steps';
 import type { ModelStepName, StepName } from '../activities/steps';
+import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
+import type { ReviewOutcomeName, ReviewSettings } from './review';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
 
@@ -81,6 +83,14 @@ export interface PipelineProgress {
   heldKey?: string;
   /** While a model step waits for its budget to be raised: the budget's ID. */
   budgetId?: string;
+  /** Runs with a review only: `awaiting` while the draft waits for a person, then how the review ended. */
+  review?: 'awaiting' | ReviewOutcomeName;
+}
+
+/** What a run tells its batch when it starts or stops awaiting review. */
+export interface ReviewNotice {
+  workflowId: string;
+  awaiting: boolean;
 }
 
 /** A budget of tokens and US dollars a run's model calls may spend; a batch's runs share the batch's. */
@@ -156,6 +166,8 @@ export interface CompletePipelineInput {
   title: string;
   options: Record<OptionName, number>;
   budget?: BudgetInput;
+  /** A person reviews the draft before it is published (src/review.ts). */
+  review?: ReviewSettings;
 }
 
 /**
@@ -166,10 +178,11 @@ export interface CompletePipelineInput {
  */
 export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
   const fields = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'];
-  if (!isPlainRecord(input) || !hasExactly(input, 'budget' in input ? [...fields, 'budget'] : fields)) {
-    return false;
-  }
+  if (!isPlainRecord(input)) return false;
+  const optional = ['budget', 'review'].filter((name) => name in input);
+  if (!hasExactly(input, [...fields, ...optional])) return false;
   if ('budget' in input && !isBudgetInput(input.budget)) return false;
+  if ('review' in input && !isReviewSettings(input.review)) return false;
   const { schemaVersion, documentId, textRef, title, options } = input;
   if (schemaVersion !== INPUT_SCHEMA_VERSION) return false;
   if (typeof documentId !== 'string' || !DOCUMENT_ID.test(documentId)) return false;
@@ -183,6 +196,19 @@ export function isCompletePipelineInput(input: unknown): input is CompletePipeli
     const { min, max } = OPTION_LIMITS[name];
     return typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
   });
+}
+
+/** What ReviewSettingsSchema accepts, exactly (src/contract.ts). */
+function isReviewSettings(value: unknown): boolean {
+  if (!isPlainRecord(value) || !hasExactly(value, ['timeoutMinutes', 'onTimeout'])) return false;
+  const { timeoutMinutes, onTimeout } = value;
+  return (
+    typeof timeoutMinutes === 'number' &&
+    Number.isInteger(timeoutMinutes) &&
+    timeoutMinutes >= 1 &&
+    timeoutMinutes <= MAX_REVIEW_MINUTES &&
+    REVIEW_POLICIES.some((policy) => policy === onTimeout)
+  );
 }
 
 /** What BudgetInputSchema accepts, exactly (src/contract.ts). */

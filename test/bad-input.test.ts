@@ -527,7 +527,7 @@ describe('malformed workflow inputs', () => {
         args: [good],
       });
     });
-    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication?.revision, 1);
     assert.equal(await local.store.countPublications(), 1);
   });
 });
@@ -720,7 +720,7 @@ describe('processDocuments with good and bad documents', () => {
     for (const name of ['good-1.md', 'good-2.md']) {
       const outcome = bySource.get(file(name));
       assert.equal(outcome?.error, undefined, first.lines.join('\n'));
-      assert.equal(outcome?.result?.publication.revision, 1);
+      assert.equal(outcome?.result?.publication?.revision, 1);
       assert.equal(outcome?.workflowId, workflowIdFor(idOf(name)));
       assert.ok(
         first.lines.includes(`${file(name)} -> ${workflowIdFor(idOf(name))} (started)`),

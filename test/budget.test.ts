@@ -85,7 +85,7 @@ describe('a run at its budget', () => {
         assert.equal(after.budgetId, undefined, 'no longer shown waiting');
         return done;
       });
-      assert.equal(result.publication.revision, 1);
+      assert.equal(result.publication?.revision, 1);
       assert.equal(server.requests.length, 2, 'one call each for summarize and tag');
       const budget = await local.rateLimits.budget(budgetId);
       assert.ok(budget !== undefined);

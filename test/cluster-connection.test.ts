@@ -106,7 +106,7 @@ describe('a Temporal cluster behind TLS, mTLS and an API key', () => {
         });
         assert.equal(report.exitCode, 0, lines.join('\n'));
         assert.deepEqual(
-          report.outcomes.map((o) => [o.error, o.result?.publication.revision]),
+          report.outcomes.map((o) => [o.error, o.result?.publication?.revision]),
           [[undefined, 1]],
           lines.join('\n'),
         );

@@ -138,7 +138,7 @@ describe('documentPipeline on a real dev server', () => {
 
     const runId = handle.firstExecutionRunId;
     assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
-    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication?.revision, 1);
     assert.deepEqual(
       server.requests.filter((r) => !isTagRequest(r)).map((r) => r.idempotencyKey),
       [`${runId}:summarize`, `${runId}:summarize`],
@@ -240,9 +240,9 @@ describe('documentPipeline on a real dev server', () => {
 
     const key = `${handle.firstExecutionRunId}:publish`;
     assert.match(worker1.output(), new RegExp(`CRASH after publishing under ${key}`));
-    assert.equal(result.publication.idempotencyKey, key);
-    assert.equal(result.publication.revision, 1);
-    assert.equal(result.publication.duplicate, true);
+    assert.equal(result.publication?.idempotencyKey, key);
+    assert.equal(result.publication?.revision, 1);
+    assert.equal(result.publication?.duplicate, true);
     assert.equal(await local.store.countPublications(), 1);
     assert.deepEqual(await local.store.revisionsOf(input.documentId), [{ revision: 1, idempotencyKey: key }]);
     assert.deepEqual(
@@ -283,9 +283,9 @@ describe('documentPipeline on a real dev server', () => {
     // The model steps were not run again: their results (and keys) come from the original run's history.
     assert.equal(result.summary.idempotencyKey, `${oldRun}:summarize`);
     assert.equal(result.tags.idempotencyKey, `${oldRun}:tag`);
-    assert.equal(result.publication.idempotencyKey, `${newRun}:publish`);
-    assert.equal(result.publication.revision, 2);
-    assert.equal(result.publication.duplicate, false);
+    assert.equal(result.publication?.idempotencyKey, `${newRun}:publish`);
+    assert.equal(result.publication?.revision, 2);
+    assert.equal(result.publication?.duplicate, false);
     assert.equal(await local.store.countPublications(), 1);
     assert.deepEqual(await local.store.revisionsOf(input.documentId), [
       { revision: 1, idempotencyKey: `${oldRun}:publish` },

@@ -205,8 +205,8 @@ describe('a held delivery across continue-as-new', () => {
       assert.deepEqual([...new Set(looks.map((l) => l.key))], [key]);
       assert.deepEqual(receiver.keys, [key]);
       assert.deepEqual([...ledgerKeys], [key]);
-      assert.equal(result.publication.idempotencyKey, key);
-      assert.equal(result.publication.duplicate, true);
+      assert.equal(result.publication?.idempotencyKey, key);
+      assert.equal(result.publication?.duplicate, true);
       // Summarize and tag ran once, in the first run; their results came along.
       assert.deepEqual(modelCalls.sort(), ['summarize', 'tag']);
       assert.deepEqual(

@@ -3,6 +3,7 @@
  * server on loopback), the Temporal binaries, one workflow bundle per test process. What they make is closed and
  * removed after a file's tests by test/scratch.ts's cleanup registry.
  */
+import { registerReviewSearchAttribute } from '../src/temporal/search-attributes';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -113,6 +114,8 @@ export async function timeSkippingEnv(defer: Defer): Promise<TestWorkflowEnviron
     server: { executable: temporalExecutable('test-server') },
   });
   defer(() => env.teardown());
+  // The review's search attribute: the dev servers are told it at start, the test server is told it here.
+  await registerReviewSearchAttribute(env.connection, env.namespace ?? 'default');
   await workflowBundle();
   return env;
 }

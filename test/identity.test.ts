@@ -80,7 +80,7 @@ describe('submitting a document again', () => {
     const [first, second] = await working(async () => {
       const one = await submit(original);
       assert.equal(one.attachedTo, 'new');
-      assert.equal((await one.handle.result()).publication.revision, 1);
+      assert.equal((await one.handle.result()).publication?.revision, 1);
       const oneRun = await runOf(one);
       assert.equal(oneRun.version, versionOf(original.bytes), 'the run records the version it works on');
 
@@ -94,7 +94,7 @@ describe('submitting a document again', () => {
       const two = await submit(edited);
       assert.equal(two.attachedTo, 'new');
       assert.equal(two.workflowId, one.workflowId);
-      assert.equal((await two.handle.result()).publication.revision, 2);
+      assert.equal((await two.handle.result()).publication?.revision, 2);
       const twoRun = await runOf(two);
       assert.notEqual(twoRun.runId, oneRun.runId);
       assert.equal(twoRun.version, versionOf(edited.bytes));
@@ -122,7 +122,7 @@ describe('submitting a document again', () => {
       const rerun = await submit(document);
       assert.equal(rerun.attachedTo, 'new');
       assert.equal(rerun.workflowId, failed.workflowId);
-      assert.equal((await rerun.handle.result()).publication.revision, 1);
+      assert.equal((await rerun.handle.result()).publication?.revision, 1);
 
       const again = await submit(document);
       assert.equal(again.attachedTo, 'completed');
@@ -151,7 +151,7 @@ describe('submitting a document again', () => {
     assert.equal((await runOf(two)).version, versionOf(edited.bytes));
 
     const result = await working(() => two.handle.result());
-    assert.equal(result.publication.revision, 1, 'the replaced run published');
+    assert.equal(result.publication?.revision, 1, 'the replaced run published');
     assert.equal((await local.store.revisionsOf(edited.documentId)).length, 1);
   });
 
@@ -172,7 +172,7 @@ describe('submitting a document again', () => {
     assert.equal(a?.status, 'RUNNING');
     const [first] = both;
     assert.ok(first !== undefined);
-    assert.equal((await working(() => first.handle.result())).publication.revision, 1);
+    assert.equal((await working(() => first.handle.result())).publication?.revision, 1);
   });
 
   it('runs again over a run started before versions were recorded (no memo)', async () => {

@@ -119,7 +119,7 @@ describe('a crash right after the model answer was memoised', () => {
     assert.equal(result.summary.idempotencyKey, `${runId}:summarize`);
     assert.equal(result.summary.summary, 'Checkpoints let a restart skip finished steps.');
     assert.deepEqual(result.tags.tags, ['checkpoints', 'idempotency']);
-    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication?.revision, 1);
 
     const memo = new SqliteAnswerMemo(path.join(dir, 'memo.db'));
     try {

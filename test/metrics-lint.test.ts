@@ -77,8 +77,12 @@ describe('metrics lint', () => {
         /^temporal_\w+\{[^}]*workflow_type="documentPipeline"[^}]*\} [1-9]/m,
         "no sample of the Temporal runtime's on the page",
       );
+      // Durations in seconds are histograms (the review's wait), the rest counters.
       for (const name of PIPELINE_METRIC_NAMES)
-        assert.match(page, new RegExp(`^# TYPE ${name} counter$`, 'm'));
+        assert.match(
+          page,
+          new RegExp(`^# TYPE ${name} ${name.endsWith('_seconds') ? 'histogram' : 'counter'}$`, 'm'),
+        );
       assert.match(page, /^# TYPE process_cpu_seconds_total counter$/m);
 
       const { code, output } = await promtoolCheck(promtool, page);

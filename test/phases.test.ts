@@ -137,7 +137,7 @@ describe('phase timing on a worker', () => {
         args: [input],
       }),
     );
-    assert.equal(result.publication.duplicate, false);
+    assert.equal(result.publication?.duplicate, false);
     const modelStep: Phase[] = ['input check', 'text read', 'memo claim', 'model call', 'memo answer'];
     assert.deepEqual(byStep, {
       summarize: modelStep,

@@ -353,7 +353,7 @@ describe('publisher faults through real runs on the time-skipping server', () =>
       );
       await handle.signal(deliverySettledSignal);
       const result = await handle.result();
-      assert.deepEqual([result.publication.revision, result.publication.duplicate], [1, true]);
+      assert.deepEqual([result.publication?.revision, result.publication?.duplicate], [1, true]);
     });
     assert.equal(webhook.deliveries.length, 1, 'the held delivery was posted again');
     assert.equal(await webhook.store.countPublications(), 1);

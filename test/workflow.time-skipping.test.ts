@@ -121,7 +121,7 @@ describe('documentPipeline on the time-skipping server', () => {
 
     assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
     assert.equal(result.summary.model.provider, 'openai-compatible');
-    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication?.revision, 1);
     assert.ok(wallMs < 30_000, `took ${wallMs} ms of wall time`);
     assert.equal(summarize.attempt, 3);
     assert.ok(
@@ -155,7 +155,7 @@ describe('documentPipeline on the time-skipping server', () => {
     );
     const summarize = activitySpan(history, 'summarize');
     assert.equal(result.summary.summary, 'Checkpoints let restarts skip finished steps.');
-    assert.equal(result.publication.revision, 1);
+    assert.equal(result.publication?.revision, 1);
     assert.equal(summarize.attempt, replies.length + 1);
     // Each 429's Retry-After was waited (on the server's skipped clock), not cut short by the policy's backoff.
     assert.ok(

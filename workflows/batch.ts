@@ -18,6 +18,7 @@ import type {
   BatchProgress,
   BudgetWaitingDocument,
   HeldDocument,
+  ReviewWaitingDocument,
 } from '../src/batch-contract';
 import {
   describeFailure,
@@ -30,7 +31,13 @@ import type { PipelineInput, PipelineResult } from '../src/contract';
 import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
 import type { StepName } from '../src/steps';
 import { asRunsOwnCheck } from './checks';
-import { batchProgressQuery, budgetWaitSignal, deliveryHeldSignal, noticesWantedSignal } from './queries';
+import {
+  batchProgressQuery,
+  budgetWaitSignal,
+  deliveryHeldSignal,
+  noticesWantedSignal,
+  reviewWaitSignal,
+} from './queries';
 
 const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '1 minute',
@@ -88,6 +95,14 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     else overBudget.set(workflowId, { workflowId, source, budgetId });
   });
 
+  // Those whose draft awaits a person's review (each run says so: reviewWaitSignal).
+  const inReview = new Map<string, ReviewWaitingDocument>();
+  setHandler(reviewWaitSignal, ({ workflowId, awaiting }) => {
+    const source = sources.get(workflowId);
+    if (!awaiting || source === undefined) inReview.delete(workflowId);
+    else inReview.set(workflowId, { workflowId, source });
+  });
+
   const progress = (since = 0): BatchProgress => ({
     total,
     started: next,
@@ -99,6 +114,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     open: [...open].slice(0, OPEN_LISTED),
     held: [...held.values()],
     waitingForBudget: [...overBudget.values()],
+    awaitingReview: [...inReview.values()],
     handled,
   });
   setHandler(batchProgressQuery, progress);
@@ -138,6 +154,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
       options: options.pipeline,
       // The batch's budget is shared by its runs; a batch without one sends none, as before budgets.
       ...(options.budget === undefined ? {} : { budget: options.budget }),
+      ...(options.review === undefined ? {} : { review: options.review }),
     };
     let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
     let replaced = false;
@@ -202,6 +219,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
       sources.delete(workflowId);
       held.delete(workflowId);
       overBudget.delete(workflowId);
+      inReview.delete(workflowId);
     }
   };
 

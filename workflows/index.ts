@@ -14,6 +14,7 @@ import {
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineActivities } from '../activities';
 import type {
+  JsonValue,
   PipelineContinuation,
   PipelineResult,
   PublishInput,
@@ -29,6 +30,7 @@ import {
   heldKeyOf,
   initialProgress,
   isCompletePipelineInput,
+  modelStepResults,
   refuseOtherSchemaVersions,
   STEPS,
 } from '../src/steps';
@@ -42,8 +44,12 @@ import {
   deliverySettledSignal,
   noticesWantedSignal,
   progressQuery,
+  reviewWaitSignal,
 } from './queries';
 import type { PipelineProgress, StepName } from '../src/steps';
+import { reviewPublishes } from '../src/review';
+import type { PublishedReview, ReviewOutcome } from '../src/review';
+import { reviewDesk } from './review';
 
 export { batch } from './batch';
 export {
@@ -52,6 +58,9 @@ export {
   deliverySettledSignal,
   noticesWantedSignal,
   progressQuery,
+  reviewQuery,
+  reviewUpdate,
+  reviewWaitSignal,
 } from './queries';
 
 /**
@@ -122,6 +131,7 @@ export async function documentPipeline(
   const progress = initialProgress(documentId);
   setHandler(progressQuery, () => progress);
   const notices = new BatchNotices(progress, continuation.held?.watchers ?? []);
+  const desk = reviewDesk(progress);
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     progress.steps[name] = 'running';
     try {
@@ -197,12 +207,26 @@ export async function documentPipeline(
   // workflowInfo().runStartTime: a reset to any but the first workflow task keeps the old run's first task, so
   // the reset run would report the same start time as the run it replaces.
   // What each step contributes to the publication (activities/steps.ts), and the model that made it.
+  const drafted = { ...publicationFields(results) };
+  const model = modelOf(results);
+  // A run with a review waits here for a person (or the deadline): an edit is what is published, a rejection ends
+  // the run with nothing published.
+  let review: ReviewOutcome | undefined;
+  if (input.review !== undefined) {
+    const draft = { documentId, title, textRef, fields: drafted, model, costUsd: costOf(results) };
+    review = await desk.await(draft, input.review, (awaiting) =>
+      notices.tell(reviewWaitSignal, { workflowId: workflowInfo().workflowId, awaiting }),
+    );
+    if (!reviewPublishes(review)) return { documentId, title, ...results, review };
+  }
   const publishInput = {
     documentId,
     title,
     textRef,
-    ...publicationFields(results),
-    model: modelOf(results),
+    ...drafted,
+    ...review?.edits,
+    ...(review === undefined ? {} : { review: publishedReview(review) }),
+    model,
     scheduledAt: Date.now(),
   };
   // A held delivery (it may have landed unanswered: a person, or the receiver's lookup, must say) is a state of
@@ -211,7 +235,27 @@ export async function documentPipeline(
   const publication = await step('publish', () =>
     publishUntilSettled(publishInput, budget, progress, { ...held, results }),
   );
-  return { documentId, title, ...results, publication };
+  return { documentId, title, ...results, publication, ...(review === undefined ? {} : { review }) };
+}
+
+/** What the draft's model calls cost in US dollars; null when a model had no price. */
+function costOf(results: StepResultsBeforePublish): number | null {
+  let total = 0;
+  for (const answer of modelStepResults(results as PipelineResult)) {
+    if (answer.estimatedCostUsd === null || answer.estimatedCostUsd === undefined) return null;
+    total += answer.estimatedCostUsd;
+  }
+  return total;
+}
+
+/** What the publication records of its review: whether and by whom it was reviewed, and when. */
+function publishedReview(review: ReviewOutcome): PublishedReview & Record<string, JsonValue> {
+  const outcome = review.outcome === 'rejected' ? 'approved' : review.outcome;
+  return {
+    outcome,
+    ...(review.reviewer === undefined ? {} : { reviewer: review.reviewer }),
+    decidedAt: review.decidedAt,
+  };
 }
 
 /** How long a step waiting for its budget waits before it looks again by itself (raising it wakes it at once). */

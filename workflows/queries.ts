@@ -1,6 +1,7 @@
-import { defineQuery, defineSignal } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { BatchProgress } from '../src/batch-contract';
-import type { BudgetNotice, HeldNotice, PipelineProgress } from '../src/steps';
+import type { BudgetNotice, HeldNotice, PipelineProgress, ReviewNotice } from '../src/steps';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../src/review';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
@@ -25,3 +26,16 @@ export const budgetWaitSignal = defineSignal<[BudgetNotice]>('budgetWait');
 
 /** `npm run budget -- raise` tells a run waiting for its budget to try again now, not at its next timer. */
 export const budgetRaisedSignal = defineSignal('budgetRaised');
+
+/**
+ * A reviewer's decision on a run that awaits review (src/review.ts): validated before it is accepted, so a malformed
+ * or late decision is refused with a reason and leaves no trace in the history. The first decision wins; the same
+ * update ID sent again gets the first one's answer from the server.
+ */
+export const reviewUpdate = defineUpdate<ReviewOutcome, [ReviewDecision]>('review');
+
+/** The draft a run awaits review on, and its decision once given; undefined for a run that has no review. */
+export const reviewQuery = defineQuery<ReviewDraft | undefined>('review');
+
+/** A document's run tells its batch that it awaits review, or no longer does. */
+export const reviewWaitSignal = defineSignal<[ReviewNotice]>('reviewWait');

@@ -164,9 +164,10 @@ async function run(): Promise<void> {
 
     for (const r of runs) {
       const result: PipelineResult = await r.handle.result();
-      const receipt = result.publication.duplicate ? ', a retry answered with the first receipt' : '';
+      const receipt =
+        result.publication?.duplicate === true ? ', a retry answered with the first receipt' : '';
       say(
-        `${at()} "${r.document.title}" done: published as revision ${result.publication.revision}${receipt}`,
+        `${at()} "${r.document.title}" done: published as revision ${result.publication?.revision}${receipt}`,
       );
     }
 

@@ -85,7 +85,10 @@ export async function followBatch(
       if (progress !== undefined) {
         display.update(progress);
         watchdog.answered();
-        const held = (progress.held?.length ?? 0) + (progress.waitingForBudget?.length ?? 0);
+        const held =
+          (progress.held?.length ?? 0) +
+          (progress.waitingForBudget?.length ?? 0) +
+          (progress.awaitingReview?.length ?? 0);
         heldRounds = held > 0 && progress.running === held ? heldRounds + 1 : 0;
         if (heldRounds >= 2) heldEnd = progress;
         if (options.perDocument !== undefined) {

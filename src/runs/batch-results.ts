@@ -19,11 +19,12 @@ export async function readOutcomes(
   paused: {
     held?: readonly HeldDocument[];
     overBudget?: readonly BudgetWaitingDocument[];
+    awaitingReview?: readonly { workflowId: string }[];
     /** Indexes of entries the batch never took up (its window full of paused runs): they have no run yet. */
     notStarted?: ReadonlySet<number>;
   } = {},
 ): Promise<DocumentOutcome[]> {
-  const { held = [], overBudget = [], notStarted = new Set<number>() } = paused;
+  const { held = [], overBudget = [], awaitingReview = [], notStarted = new Set<number>() } = paused;
   const outcomes: DocumentOutcome[] = new Array<DocumentOutcome>(entries.length);
   let nextIndex = 0;
   const readOne = async (entry: BatchEntry, index: number): Promise<DocumentOutcome> => {
@@ -49,6 +50,9 @@ export async function readOutcomes(
     // So does one waiting for its budget to be raised.
     const budgetId = overBudget.find((b) => b.workflowId === workflowId)?.budgetId;
     if (budgetId !== undefined) return { ...base, result: undefined, error: undefined, report, budgetId };
+    // And one whose draft awaits a person's review.
+    if (awaitingReview.some((r) => r.workflowId === workflowId))
+      return { ...base, result: undefined, error: undefined, report, awaitingReview: true };
     try {
       return { ...base, result: await calls.run(() => handle.result()), error: undefined, report };
     } catch (err) {

@@ -10,7 +10,15 @@ import { failureLine } from './batch-progress';
 import { printTally, readOutcomes } from './batch-results';
 import { storeDocuments } from './batch-upload';
 import { ClientCalls } from './calls';
-import { budgetLines, exitCodeOf, failedOutcome, heldLines, printOutcomes } from './result-table';
+import {
+  budgetLines,
+  exitCodeOf,
+  failedOutcome,
+  heldLines,
+  printOutcomes,
+  reviewLines,
+} from './result-table';
+import type { ReviewSettings } from '../review';
 import { describeBudget } from '../model/pacing-status';
 import type { SqlRateLimits } from '../model/rate-limit-store';
 import type { DocumentOutcome } from './result-table';
@@ -36,6 +44,8 @@ export interface ProcessOptions {
   everyMs?: number;
   /** What the batch's model calls may spend together; its budget is named after the batch. */
   budget?: { usd?: number; tokens?: number };
+  /** Every document's draft waits for a person's review before it is published (REVIEW=on). */
+  review?: ReviewSettings;
   /** The fleet's pacing of provider calls and the budgets: progress says when a provider is limiting the batch. */
   pacing?: SqlRateLimits;
   /** The model the workers are configured with: the table points out results another model made earlier. */
@@ -120,6 +130,7 @@ async function runBatch(
   const window = options.window ?? config.batchWindow;
   const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
   const budget = options.budget === undefined ? undefined : { id: batchId, ...options.budget };
+  const review = options.review ?? config.review;
   const input: BatchInput = {
     schemaVersion: BATCH_SCHEMA_VERSION,
     manifestRef,
@@ -130,6 +141,7 @@ async function runBatch(
       pipeline: { stepBudgetMinutes: config.stepBudgetMinutes },
       ...(options.historyBudget !== undefined ? { historyBudget: options.historyBudget } : {}),
       ...(budget === undefined ? {} : { budget }),
+      ...(review === undefined ? {} : { review }),
     },
   };
   const attachedAt = Date.now();
@@ -178,6 +190,7 @@ async function runBatch(
   // their runs go on, and finish once the verdict is given or the budget raised.
   const held = pausedOnly ? (final.held ?? []) : [];
   const overBudget = pausedOnly ? (final.waitingForBudget ?? []) : [];
+  const awaitingReview = pausedOnly ? (final.awaitingReview ?? []) : [];
   // The window was full of paused runs: the documents after them were never taken up, and wait behind them.
   const notStarted = new Set(
     pausedOnly
@@ -187,7 +200,12 @@ async function runBatch(
   const outcomes = listed
     ? [
         ...rejected,
-        ...(await readOutcomes(client, calls, listed, since, print, { held, overBudget, notStarted })),
+        ...(await readOutcomes(client, calls, listed, since, print, {
+          held,
+          overBudget,
+          awaitingReview,
+          notStarted,
+        })),
       ]
     : [...rejected, ...final.failures.map((f) => failedOutcome(f.source, f.workflowId, f.reason))];
   // Stopped while reading the results: their errors say only that.
@@ -202,6 +220,7 @@ async function runBatch(
     printTally(final, rejected.length, print);
     for (const line of heldLines(held)) print(line);
     for (const line of budgetLines(overBudget)) print(line);
+    for (const line of reviewLines(awaitingReview)) print(line);
   }
   // Spent against the budget, from the store every worker settles its calls in.
   if (budget !== undefined && options.pacing !== undefined) {
@@ -213,6 +232,12 @@ async function runBatch(
     batchId,
     outcomes,
     tally: final.tally,
-    exitCode: exitCodeOf(failed, final.tally.superseded, held.length, overBudget.length),
+    exitCode: exitCodeOf(
+      failed,
+      final.tally.superseded,
+      held.length,
+      overBudget.length,
+      awaitingReview.length,
+    ),
   };
 }

@@ -9,6 +9,7 @@ import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
 import { cut, terminalWidth, titleWidth } from './columns';
 import { describeStep, summarizeReports } from './step-outcome';
+import { describeOutcome } from '../review';
 
 /** One document's line in the table: its result, or why it failed, and its recovery report. */
 export interface DocumentOutcome {
@@ -22,6 +23,8 @@ export interface DocumentOutcome {
   heldKey?: string;
   /** Its run waits for this budget to be raised (npm run budget): not ended, not failed. */
   budgetId?: string;
+  /** Its run's draft awaits a person's review (npm run review): not ended, not failed. */
+  awaitingReview?: true;
   /** The batch has not taken it up yet: its window is full of paused runs (held, waiting for budget). */
   notStarted?: true;
 }
@@ -39,20 +42,26 @@ export function failedOutcome(
  * How a document ended: published, superseded (a newer run of it had published first), failed, or held (its
  * delivery may have landed unanswered; its run goes on once a person or the receiver's lookup says).
  */
-export type DocumentStatus = 'published' | 'superseded' | 'failed' | 'held' | 'budget' | 'not started';
+export type DocumentStatus =
+  'published' | 'superseded' | 'rejected' | 'failed' | 'held' | 'budget' | 'review' | 'not started';
 
 /** The exit code of a batch that ended with deliveries held for a verdict, and nothing failed. */
 export const HELD_EXIT_CODE = 4;
 /** The exit code of a batch that ended with documents waiting for their budget, and nothing failed or held. */
 export const BUDGET_EXIT_CODE = 5;
+/** The exit code of a batch that ended with drafts awaiting review, and nothing failed, held or over budget. */
+export const REVIEW_EXIT_CODE = 6;
 
 /** The status of one document. A superseded publication was answered, not written: it is never "published". */
 export function documentStatus(outcome: DocumentOutcome): DocumentStatus {
   if (outcome.heldKey !== undefined) return 'held';
   if (outcome.budgetId !== undefined) return 'budget';
+  if (outcome.awaitingReview === true) return 'review';
   if (outcome.notStarted === true) return 'not started';
   if (outcome.result === undefined) return 'failed';
-  return outcome.result.publication.superseded === true ? 'superseded' : 'published';
+  const { publication } = outcome.result;
+  if (publication === undefined) return 'rejected';
+  return publication.superseded === true ? 'superseded' : 'published';
 }
 
 /**
@@ -68,14 +77,22 @@ export function exitCodeFor(outcomes: readonly DocumentOutcome[]): number {
     statuses.filter((s) => s === 'superseded').length,
     statuses.filter((s) => s === 'held').length,
     statuses.filter((s) => s === 'budget').length,
+    statuses.filter((s) => s === 'review').length,
   );
 }
 
 /** exitCodeFor from counts, for a batch that counted its documents rather than listing them. */
-export function exitCodeOf(failed: number, superseded: number, held = 0, overBudget = 0): number {
+export function exitCodeOf(
+  failed: number,
+  superseded: number,
+  held = 0,
+  overBudget = 0,
+  awaitingReview = 0,
+): number {
   if (failed > 0) return 1;
   if (held > 0) return HELD_EXIT_CODE;
   if (overBudget > 0) return BUDGET_EXIT_CODE;
+  if (awaitingReview > 0) return REVIEW_EXIT_CODE;
   return superseded > 0 ? 3 : 0;
 }
 
@@ -88,6 +105,17 @@ export function budgetLines(waiting: readonly { source: string; budgetId: string
       'paid past a budget. Raise it and their runs go on by themselves (npm run budget shows what is spent):',
     ...budgets.map((id) => `BUDGET ${id}: npm run budget -- raise ${id} --usd <new total>   (or --tokens N)`),
     ...waiting.map((w) => `WAITING FOR BUDGET ${w.source} (budget ${w.budgetId})`),
+  ];
+}
+
+/** The lines that say which drafts await review and how to give it. */
+export function reviewLines(awaiting: readonly { source: string }[]): string[] {
+  if (awaiting.length === 0) return [];
+  return [
+    `${awaiting.length} document(s) await review: nothing of theirs is published until a person approves or ` +
+      'edits the draft. Their runs finish by themselves once reviewed:',
+    'REVIEW npm run review   (lists the drafts; then npm run review -- approve <document>, or edit, or reject)',
+    ...awaiting.map((a) => `AWAITING REVIEW ${a.source}`),
   ];
 }
 
@@ -106,10 +134,23 @@ export function heldLines(held: readonly { source: string; heldKey: string }[]):
 
 /** The status column: `published r2`, `SUPERSEDED by r3`, `FAILED`. */
 function statusCell(outcome: DocumentOutcome): string {
-  const revision = outcome.result?.publication.revision;
+  const revision = outcome.result?.publication?.revision;
+  const review = outcome.result?.review;
+  const reviewed =
+    review === undefined
+      ? ''
+      : review.reviewer === undefined
+        ? `, ${review.outcome}`
+        : `, ${review.outcome} by ${review.reviewer}`;
   switch (documentStatus(outcome)) {
     case 'published':
-      return `published r${revision}${producedEarlier(outcome) ? ', earlier' : ''}`;
+      return `published r${revision}${reviewed}${producedEarlier(outcome) ? ', earlier' : ''}`;
+    case 'rejected':
+      return review?.outcome === 'expired'
+        ? 'REJECTED: review expired'
+        : `REJECTED${reviewed.replace(/^, rejected/, '')}`;
+    case 'review':
+      return 'WAITING: review';
     case 'superseded':
       return `SUPERSEDED by r${revision}`;
     case 'failed':
@@ -189,6 +230,11 @@ export function printOutcomes(
   }
   for (const o of outcomes) {
     if (o.error !== undefined) print(`FAILED ${o.source}: ${o.error}`);
+    const review = o.result?.review;
+    if (review !== undefined && documentStatus(o) === 'rejected')
+      print(`REJECTED ${o.source}: ${describeOutcome(review)}`);
+    if (review?.edits !== undefined)
+      print(`EDITED ${o.source}: ${Object.keys(review.edits).join(', ')} by ${review.reviewer ?? 'unknown'}`);
   }
   for (const o of outcomes) {
     const { result } = o;
@@ -207,12 +253,14 @@ export function printOutcomes(
     count('superseded') > 0 ? ` ${count('superseded')} superseded by a newer run (not written),` : '';
   const held = count('held') > 0 ? ` ${count('held')} held for a verdict on their delivery,` : '';
   const waiting = count('budget') > 0 ? ` ${count('budget')} waiting for their budget,` : '';
+  const reviewing = count('review') > 0 ? ` ${count('review')} awaiting review,` : '';
+  const rejected = count('rejected') > 0 ? ` ${count('rejected')} rejected in review (not published),` : '';
   const behind =
     count('not started') > 0
       ? ` ${count('not started')} not started yet (behind the paused ones: they start once those go on),`
       : '';
   print(
-    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${held}${waiting}${behind} ${count('failed')} failed.`,
+    `${count('published')} of ${outcomes.length} document(s) published,${superseded}${rejected}${held}${waiting}${reviewing}${behind} ${count('failed')} failed.`,
   );
   for (const line of heldLines(
     outcomes.flatMap((o) => (o.heldKey !== undefined ? [{ source: o.source, heldKey: o.heldKey }] : [])),
@@ -222,14 +270,15 @@ export function printOutcomes(
     outcomes.flatMap((o) => (o.budgetId !== undefined ? [{ source: o.source, budgetId: o.budgetId }] : [])),
   ))
     print(line);
+  for (const line of reviewLines(outcomes.filter((o) => o.awaitingReview === true))) print(line);
   for (const o of outcomes) {
     if (documentStatus(o) === 'superseded')
       print(
-        `SUPERSEDED ${o.source}: a newer run had already published revision ${o.result?.publication.revision}`,
+        `SUPERSEDED ${o.source}: a newer run had already published revision ${o.result?.publication?.revision}`,
       );
   }
   const webhook = outcomes.flatMap((o) =>
-    o.result?.publication.target === 'webhook' ? [o.result.publication.receiverHonoursKey === true] : [],
+    o.result?.publication?.target === 'webhook' ? [o.result.publication.receiverHonoursKey === true] : [],
   );
   if (webhook.length > 0) {
     print(

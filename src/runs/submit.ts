@@ -123,5 +123,11 @@ const MARK: Record<StepState, string> = {
 
 /** One line describing step states, e.g. `summarize ✓  tag …  publish ·`. */
 export function describeProgress(progress: PipelineProgress): string {
-  return STEPS.map((name: StepName) => `${name} ${MARK[progress.steps[name]]}`).join('  ');
+  return STEPS.map((name: StepName) => {
+    const line = `${name} ${MARK[progress.steps[name]]}`;
+    // A run with a review shows it before publish: `review ⏸ awaiting`, then how it ended.
+    if (name !== 'publish' || progress.review === undefined) return line;
+    const review = progress.review === 'awaiting' ? '⏸ awaiting' : `✓ ${progress.review}`;
+    return `review ${review}  ${line}`;
+  }).join('  ');
 }

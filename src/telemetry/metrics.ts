@@ -4,7 +4,7 @@
  * its own: the page here fetches and appends them, so Prometheus scrapes one target per worker).
  */
 import http from 'node:http';
-import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
 import type { ModelInfo, StepName, Usage } from '../contract';
 import { closeServer } from '../lib/loopback';
 
@@ -27,6 +27,8 @@ export interface PipelineMetrics {
   modelRefused(step: string, model: ModelInfo, kind: 'rate_limited' | 'overloaded'): void;
   /** Time a call waited for its turn at the provider's limit, in seconds. */
   limiterWaited(model: ModelInfo, seconds: number): void;
+  /** A review ended (approved, edited, rejected, expired) after its draft waited this long, in seconds. */
+  reviewDecided(outcome: string, waitedSeconds: number): void;
 }
 
 /** Metrics that go nowhere: the default of the activities' dependencies. */
@@ -38,6 +40,7 @@ export const noMetrics: PipelineMetrics = {
   publication: () => {},
   modelRefused: () => {},
   limiterWaited: () => {},
+  reviewDecided: () => {},
 };
 
 /** The names this module registers, for the dashboard's and the tests' checks. */
@@ -50,7 +53,12 @@ export const PIPELINE_METRIC_NAMES = [
   'pipeline_publications_total',
   'pipeline_model_refusals_total',
   'pipeline_model_limiter_wait_seconds_total',
+  'pipeline_review_decisions_total',
+  'pipeline_review_wait_seconds',
 ] as const;
+
+/** The review wait's buckets, in seconds: a minute to a week. */
+const REVIEW_WAIT_BUCKETS = [60, 300, 900, 3_600, 4 * 3_600, 86_400, 3 * 86_400, 7 * 86_400];
 
 /** The pipeline's counters, registered on `registry`. */
 export function pipelineMetrics(registry: Registry): PipelineMetrics {
@@ -104,7 +112,24 @@ export function pipelineMetrics(registry: Registry): PipelineMetrics {
       registers: [registry],
     }),
   ];
+  const decisions = new Counter({
+    name: 'pipeline_review_decisions_total',
+    help: 'Reviews ended, by outcome: approved, edited, rejected by a person, or expired at the deadline',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  const reviewWait = new Histogram({
+    name: 'pipeline_review_wait_seconds',
+    help: "Seconds a draft waited for its review's decision (or its deadline)",
+    labelNames: ['outcome'],
+    buckets: REVIEW_WAIT_BUCKETS,
+    registers: [registry],
+  });
   return {
+    reviewDecided(outcome, waitedSeconds) {
+      decisions.inc({ outcome });
+      reviewWait.observe({ outcome }, Math.max(0, waitedSeconds));
+    },
     modelPaid(step, model, usage, costUsd) {
       const labels = { step, provider: model.provider, model: model.model };
       tokens.inc({ ...labels, type: 'input' }, usage.inputTokens);

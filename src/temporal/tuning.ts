@@ -1,3 +1,5 @@
+import { REVIEW_STATUS } from '../review';
+
 /**
  * What every Temporal dev server this project starts (the embedded one, `npm run server`, the tests' and the
  * benchmark's) is told on top of its address, database and namespace. Measured by `npm run bench`; bench/speed.md has
@@ -27,12 +29,17 @@ export const SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
   synchronous: 'normal',
 };
 
-/** The flags for `temporal server start-dev`: the dynamic config, and the pragmas when it has a database file. */
+/**
+ * The flags for `temporal server start-dev`: the dynamic config, the review's search attribute, and the pragmas when
+ * it has a database file.
+ */
 export function devServerArgs({ persistent }: { persistent: boolean }): string[] {
   const args = Object.entries(DYNAMIC_CONFIG).flatMap(([key, value]) => [
     '--dynamic-config-value',
     `${key}=${JSON.stringify(value)}`,
   ]);
+  // The search attribute a reviewer's queue is listed by (src/review.ts).
+  args.push('--search-attribute', `${REVIEW_STATUS.name}=Keyword`);
   if (persistent) {
     for (const [pragma, value] of Object.entries(SQLITE_PRAGMAS))
       args.push('--sqlite-pragma', `${pragma}=${value}`);

@@ -1,12 +1,14 @@
 import os from 'node:os';
 import { Worker } from '@temporalio/worker';
 import type { DataConverter } from '@temporalio/common';
-import type { NativeConnection, WorkerOptions } from '@temporalio/worker';
+import type { InjectedSinks, NativeConnection, WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import type { ActivityDependencies } from '../../activities';
 import { prebuiltBundle } from './bundle';
 import { attemptReporting } from '../telemetry/attempts';
 import { noMetrics } from '../telemetry/metrics';
+import type { PipelineMetrics } from '../telemetry/metrics';
+import type { ReviewSinks } from '../../workflows/review';
 import { phaseTiming } from '../telemetry/phases';
 import type { PhaseTimer } from '../telemetry/phases';
 import { activeTracing, WORKFLOW_TRACING_MODULE, workerTracing } from '../telemetry/tracing';
@@ -70,9 +72,22 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
       ],
       ...(workflowBundle === undefined ? { workflowModules: workflowInterceptorModules(tracing) } : {}),
     },
-    ...(traced !== undefined ? { sinks: traced.sinks } : {}),
+    // What the workflows tell the worker outside their histories: spans (with tracing on), and each review's end.
+    sinks: { ...traced?.sinks, ...reviewSinks(deps.metrics ?? noMetrics) },
     ...(workflowBundle !== undefined
       ? { workflowBundle }
       : { workflowsPath: require.resolve('../../workflows') }),
   });
+}
+
+/** The review's sink: the workflow says how a review ended (never on replay), the worker counts it. */
+function reviewSinks(metrics: PipelineMetrics): InjectedSinks<ReviewSinks> {
+  return {
+    review: {
+      decided: {
+        fn: (_info, outcome: string, waitedSeconds: number) => metrics.reviewDecided(outcome, waitedSeconds),
+        callDuringReplay: false,
+      },
+    },
+  };
 }

@@ -1,0 +1,110 @@
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { loadConfig } from '../config';
+import type { JsonValue } from '../contract';
+import { runMain, UserFacingError } from '../lib/run-main';
+import { formatCost } from '../model/pricing';
+import { describeOutcome } from '../review';
+import type { ReviewDecision } from '../review';
+import { awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
+import { connectClient } from '../temporal/connection';
+
+const USAGE = [
+  'Usage:',
+  '  npm run review                                          the drafts awaiting review, oldest first',
+  '  npm run review -- approve <document>...                 publish the drafts as they are',
+  '  npm run review -- reject <document>... --reason "..."   publish nothing; the reason is kept',
+  '  npm run review -- edit <document>... [--summary "..."] [--tags "a, b"]   publish with these fields instead',
+  'Options: --reviewer NAME (default: REVIEWER, else your login name). <document> is a document ID or its',
+  'workflow ID (document-<id>), as the list shows.',
+].join('\n');
+
+/**
+ * `npm run review`: a person's review before publish. Runs started with a review (REVIEW=on) wait with their draft
+ * until someone approves, edits or rejects it here (or on the review page), or until their deadline.
+ */
+async function run(): Promise<void> {
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: {
+      reviewer: { type: 'string' },
+      reason: { type: 'string' },
+      summary: { type: 'string' },
+      tags: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help === true) {
+    console.log(USAGE);
+    return;
+  }
+  const [command = 'list', ...documents] = positionals;
+  if (command !== 'list' && (!['approve', 'reject', 'edit'].includes(command) || documents.length === 0))
+    throw new UserFacingError(USAGE);
+  const reviewer = values.reviewer ?? process.env.REVIEWER ?? os.userInfo().username;
+  const decision = decisionOf(command, reviewer, values);
+  const config = loadConfig();
+  const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
+  try {
+    if (decision === undefined) {
+      const queue = await awaitingReview(client);
+      if (queue.length === 0) console.log('Nothing awaits review.');
+      for (const { workflowId, draft } of queue) {
+        const cost = draft.costUsd === null ? 'no price' : formatCost(draft.costUsd);
+        console.log(`${draft.documentId}  "${draft.title}"  (${workflowId})`);
+        console.log(
+          `  ${draft.model.provider}/${draft.model.model}, ${cost}; waiting since ` +
+            `${new Date(draft.awaitingSince).toISOString()}, deadline ${new Date(draft.deadline).toISOString()} ` +
+            `(then ${draft.onTimeout === 'publish' ? 'published as drafted' : 'rejected'})`,
+        );
+        for (const [name, value] of Object.entries(draft.fields))
+          console.log(`  ${name}: ${Array.isArray(value) ? value.join(', ') : String(value)}`);
+      }
+      return;
+    }
+    let refused = 0;
+    for (const document of documents) {
+      const workflowId = reviewedWorkflowId(document);
+      const answer = await decide(client, workflowId, decision);
+      if (answer.ok) console.log(`${document}: ${describeOutcome(answer.outcome)}`);
+      else {
+        refused++;
+        console.error(`${document}: refused: ${answer.refused}`);
+      }
+    }
+    if (refused > 0) process.exitCode = 1;
+  } finally {
+    await close();
+  }
+}
+
+/** The decision the command line gives, undefined for the list. */
+function decisionOf(
+  command: string,
+  reviewer: string,
+  values: { reason?: string; summary?: string; tags?: string },
+): ReviewDecision | undefined {
+  if (command === 'approve') return { action: 'approve', reviewer };
+  if (command === 'reject') {
+    if (values.reason === undefined)
+      throw new UserFacingError('reject needs --reason "...": why it is rejected');
+    return { action: 'reject', reviewer, reason: values.reason };
+  }
+  if (command === 'edit') {
+    const fields: Record<string, JsonValue> = {};
+    if (values.summary !== undefined) fields.summary = values.summary;
+    if (values.tags !== undefined)
+      fields.tags = values.tags
+        .split(',')
+        .map((t) => t.trim())
+        .filter((t) => t !== '');
+    if (Object.keys(fields).length === 0)
+      throw new UserFacingError(
+        'edit needs --summary "..." or --tags "a, b" (or both): what to publish instead',
+      );
+    return { action: 'edit', reviewer, fields };
+  }
+  return undefined;
+}
+
+runMain(run);

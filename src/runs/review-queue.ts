@@ -1,0 +1,82 @@
+import { randomUUID } from 'node:crypto';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
+import { reviewQuery, reviewUpdate } from '../../workflows/queries';
+import type { documentPipeline } from '../../workflows';
+import { workflowIdFor } from '../contract';
+import { AWAITING_REVIEW_QUERY, describeOutcome } from '../review';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../review';
+
+/** A draft in the reviewer's queue: its run and what the run answers about it. */
+export interface QueuedDraft {
+  workflowId: string;
+  draft: ReviewDraft;
+}
+
+/**
+ * The drafts awaiting review, oldest first: one list call the server answers from its search-attribute index, then
+ * one query per run for its draft. A run that decided meanwhile (the index lags by a moment) is left out.
+ */
+export async function awaitingReview(client: Client, limit = 200): Promise<QueuedDraft[]> {
+  const drafts: QueuedDraft[] = [];
+  for await (const run of client.workflow.list({ query: AWAITING_REVIEW_QUERY, pageSize: limit })) {
+    const draft = await client.workflow
+      .getHandle(run.workflowId, run.runId)
+      .query(reviewQuery)
+      .catch(() => undefined);
+    if (draft !== undefined && draft.decided === undefined)
+      drafts.push({ workflowId: run.workflowId, draft });
+    if (drafts.length >= limit) break;
+  }
+  return drafts.sort((a, b) => a.draft.awaitingSince - b.draft.awaitingSince);
+}
+
+/** The run a reviewer names: a document ID (`notes-1a2b`) or its workflow ID (`document-notes-1a2b`). */
+export function reviewedWorkflowId(name: string): string {
+  return name.startsWith('document-') ? name : workflowIdFor(name);
+}
+
+/**
+ * Sends `decision` to the run under `updateId` (the same ID sent again, a retried request or a double click, gets
+ * the first answer). A decision the run refuses (malformed, late, already decided) comes back as `refused` with the
+ * run's reason; any other error is thrown.
+ */
+export async function decide(
+  client: Client,
+  workflowId: string,
+  decision: ReviewDecision,
+  updateId: string = `review-${randomUUID()}`,
+): Promise<{ ok: true; outcome: ReviewOutcome } | { ok: false; refused: string }> {
+  try {
+    const outcome = await client.workflow
+      .getHandle(workflowId)
+      .executeUpdate(reviewUpdate, { args: [decision], updateId });
+    return { ok: true, outcome };
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError)
+      return { ok: false, refused: err.cause instanceof Error ? err.cause.message : err.message };
+    const message = err instanceof Error ? err.message : String(err);
+    if (!/workflow execution already completed|not found|aborted by closing workflow/i.test(message))
+      throw err;
+    // The run has ended: say how its review ended, where it had one.
+    const ended = await endedReview(client, workflowId);
+    return {
+      ok: false,
+      refused:
+        ended === undefined
+          ? `${workflowId} is not awaiting review (its run has ended without one, or there is none)`
+          : `already decided: ${describeOutcome(ended)}`,
+    };
+  }
+}
+
+/** How the review of an ended run ended; undefined when it had none, or did not complete. */
+async function endedReview(client: Client, workflowId: string): Promise<ReviewOutcome | undefined> {
+  try {
+    const handle = client.workflow.getHandle<typeof documentPipeline>(workflowId);
+    if ((await handle.describe()).status.name !== 'COMPLETED') return undefined;
+    return (await handle.result()).review;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,135 @@
+import * as otel from '@opentelemetry/api';
+import {
+  condition,
+  proxySinks,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { Sinks } from '@temporalio/workflow';
+import { ApplicationFailure } from '@temporalio/common';
+import type { JsonValue, ModelInfo } from '../src/contract';
+import { decisionProblem, describeOutcome, normalizeDecision, REVIEW_STATUS } from '../src/review';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome, ReviewSettings } from '../src/review';
+import type { PipelineProgress } from '../src/steps';
+import { reviewQuery, reviewUpdate } from './queries';
+
+/** What the worker records of each review (src/telemetry/metrics.ts); sinks are not called on replay. */
+export interface ReviewSinks extends Sinks {
+  review: {
+    decided(outcome: string, waitedSeconds: number): void;
+  };
+}
+const { review: reviewSink } = proxySinks<ReviewSinks>();
+
+/** The draft a review is about: what the publication would carry, and who made it at what cost. */
+export interface DraftOf {
+  documentId: string;
+  title: string;
+  textRef: string;
+  fields: Record<string, JsonValue>;
+  model: ModelInfo;
+  costUsd: number | null;
+}
+
+/**
+ * Sets the run's review handlers: the query answers nothing until the draft is ready; the update refuses every
+ * decision until then (said why). Called at the start of every run, so a decision sent early is told to wait
+ * rather than left unanswered.
+ */
+export function reviewDesk(progress: PipelineProgress): {
+  /** Waits for a person's decision on the draft, or the deadline; returns how the review ended. */
+  await(
+    draft: DraftOf,
+    settings: ReviewSettings,
+    tell: (awaiting: boolean) => Promise<void>,
+  ): Promise<ReviewOutcome>;
+} {
+  let open: ReviewDraft | undefined;
+  setHandler(reviewQuery, () => open);
+  setHandler(
+    reviewUpdate,
+    (decision: ReviewDecision): ReviewOutcome => {
+      // Accepted by the validator; another decision accepted in the same activation may have won meanwhile.
+      const draft = open as ReviewDraft;
+      if (draft.decided !== undefined)
+        throw ApplicationFailure.create({
+          type: 'ReviewRefused',
+          nonRetryable: true,
+          message: `already decided: ${describeOutcome(draft.decided)}`,
+        });
+      const taken = normalizeDecision(decision);
+      const outcome: ReviewOutcome = {
+        outcome: taken.action === 'approve' ? 'approved' : taken.action === 'reject' ? 'rejected' : 'edited',
+        reviewer: taken.reviewer,
+        ...(taken.action === 'reject' ? { reason: taken.reason } : {}),
+        ...(taken.action === 'edit' ? { edits: taken.fields } : {}),
+        decidedAt: Date.now(),
+        waitedMs: Date.now() - draft.awaitingSince,
+      };
+      draft.decided = outcome;
+      return outcome;
+    },
+    {
+      description: 'approve, reject (with a reason) or edit the draft before it is published',
+      validator: (decision: ReviewDecision): void => {
+        const refuse = (message: string): never => {
+          throw ApplicationFailure.create({ type: 'ReviewRefused', nonRetryable: true, message });
+        };
+        if (open === undefined)
+          refuse(
+            progress.review === undefined
+              ? `${workflowInfo().workflowId} has no draft awaiting review yet (its model steps are under way, or ` +
+                  'the run was started without a review)'
+              : `${workflowInfo().workflowId} has no draft awaiting review`,
+          );
+        const draft = open as ReviewDraft;
+        if (draft.decided !== undefined) refuse(`already decided: ${describeOutcome(draft.decided)}`);
+        if (Date.now() >= draft.deadline)
+          refuse(`too late: the review's deadline passed at ${new Date(draft.deadline).toISOString()}`);
+        const problem = decisionProblem(decision, draft.fields);
+        if (problem !== undefined) refuse(`invalid decision: ${problem}`);
+      },
+    },
+  );
+
+  return {
+    async await(draft, settings, tell) {
+      const since = Date.now();
+      const deadline = since + settings.timeoutMinutes * 60_000;
+      const waiting: ReviewDraft = {
+        ...draft,
+        awaitingSince: since,
+        deadline,
+        onTimeout: settings.onTimeout,
+      };
+      open = waiting;
+      progress.review = 'awaiting';
+      upsertSearchAttributes([{ key: REVIEW_STATUS, value: 'awaiting' }]);
+      const span = otel.trace
+        .getTracer('document-pipeline')
+        .startSpan('Review', { startTime: since, attributes: { onTimeout: settings.onTimeout } });
+      await tell(true);
+      const decidedInTime = await condition(() => waiting.decided !== undefined, deadline - since);
+      const outcome: ReviewOutcome =
+        decidedInTime && waiting.decided !== undefined
+          ? waiting.decided
+          : (waiting.decided = {
+              outcome: 'expired',
+              policy: settings.onTimeout,
+              decidedAt: Date.now(),
+              waitedMs: Date.now() - since,
+            });
+      progress.review = outcome.outcome;
+      upsertSearchAttributes([{ key: REVIEW_STATUS, value: outcome.outcome }]);
+      reviewSink.decided(outcome.outcome, outcome.waitedMs / 1000);
+      span.setAttributes({
+        outcome: outcome.outcome,
+        ...(outcome.reviewer === undefined ? {} : { reviewer: outcome.reviewer }),
+      });
+      span.end(Date.now());
+      await tell(false);
+      return outcome;
+    },
+  };
+}
