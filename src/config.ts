@@ -218,6 +218,8 @@ const EnvSchema = z.object({
     .optional()
     .transform((s) => (s === undefined || s === '' ? 'reject' : s))
     .pipe(z.enum(REVIEW_POLICIES)),
+  REVIEWER: optionalText,
+  REVIEW_PAGE_TOKEN: optionalText,
   BATCH_WINDOW: positiveInt(16).pipe(z.number().max(1000, 'must be at most 1000 documents at once')),
   OPEN_DELIVERY_POLICY: z
     .string()
@@ -315,6 +317,9 @@ export interface Config {
    * REVIEW_TIMEOUT_HOURS (default 72), then ends by REVIEW_ON_TIMEOUT (`reject`, the default, or `publish`).
    */
   review: ReviewSettings | undefined;
+  /** REVIEWER: the name `npm run review` decides under; REVIEW_PAGE_TOKEN: the review page's password. */
+  reviewer: string | undefined;
+  reviewPageToken: string | undefined;
   /**
    * What a webhook delivery does when it finds an earlier attempt's claim open (sent, never answered): `resend`
    * (the receiver dedupes by key), `hold` (wait for an operator's verdict), `auto` (resend once the receiver has
@@ -400,6 +405,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
     batchWindow: e.BATCH_WINDOW,
+    reviewer: e.REVIEWER,
+    reviewPageToken: e.REVIEW_PAGE_TOKEN,
     review:
       e.REVIEW === 'on'
         ? { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT }

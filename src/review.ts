@@ -165,3 +165,13 @@ export function describeOutcome(outcome: ReviewOutcome): string {
   const what = outcome.outcome === 'rejected' ? `rejected ("${outcome.reason ?? ''}")` : outcome.outcome;
   return `${what} by ${outcome.reviewer ?? 'unknown'} at ${when}`;
 }
+
+/** The review's line in `npm run report`: awaiting since when and until when, or how it ended. */
+export function describeReview(draft: ReviewDraft): string {
+  if (draft.decided !== undefined) return `Review: ${describeOutcome(draft.decided)}`;
+  return (
+    `Review: ⏸ awaiting since ${new Date(draft.awaitingSince).toISOString()}, deadline ` +
+    `${new Date(draft.deadline).toISOString()} (then ${draft.onTimeout === 'publish' ? 'published as drafted' : 'rejected'}); ` +
+    'npm run review'
+  );
+}

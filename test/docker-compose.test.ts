@@ -314,6 +314,12 @@ describe('docker-compose.yml', () => {
       'DOCUMENT_ID_SECRET',
       // The endings the submitting client searches folders for.
       'DOCUMENT_EXTENSIONS',
+      // A review is asked for by the submitting client; npm run review and its page run where the reviewer is.
+      'REVIEW',
+      'REVIEW_TIMEOUT_HOURS',
+      'REVIEW_ON_TIMEOUT',
+      'REVIEWER',
+      'REVIEW_PAGE_TOKEN',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));

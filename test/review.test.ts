@@ -118,6 +118,17 @@ describe('REVIEW=on on the dev server', () => {
         assert.match(listed, /summary: /);
         assert.match(listed, /tags: /);
 
+        const shown = await run(
+          process.execPath,
+          ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'report.ts'), workflowIdFor(approveId)],
+          {
+            cwd: ROOT,
+            timeout: 60_000,
+            env: { ...process.env, TEMPORAL_ADDRESS: env.address, LOG_LEVEL: 'error' },
+          },
+        );
+        assert.match(shown.stdout, /^Review: ⏸ awaiting since .*npm run review$/m, shown.stdout);
+
         const approved = await reviewCli(['approve', approveId]);
         assert.equal(approved.code, 0, approved.stderr);
         assert.match(approved.stdout, new RegExp(`${approveId}: approved by ana at `));

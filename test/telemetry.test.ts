@@ -246,7 +246,10 @@ describe('metrics', () => {
       assert.equal(value('pipeline_memo_hits_total{step="tag"}'), 1);
       assert.ok(value('pipeline_publications_total{outcome="published"}') >= 1);
       for (const name of PIPELINE_METRIC_NAMES)
-        assert.match(page, new RegExp(`^# TYPE ${name} counter$`, 'm'));
+        assert.match(
+          page,
+          new RegExp(`^# TYPE ${name} ${name.endsWith('_seconds') ? 'histogram' : 'counter'}$`, 'm'),
+        );
 
       // The compose dashboard queries only metrics this page has.
       for (const name of dashboardQueries().metricNames) {

@@ -6,6 +6,8 @@ import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import { withDecodedResults } from '../runs/decode-history';
+import { reviewQuery } from '../../workflows/queries';
+import { describeReview } from '../review';
 import { runMain } from '../lib/run-main';
 
 const USAGE =
@@ -64,6 +66,12 @@ async function run(): Promise<void> {
     const report = markSkippedOnResume(recoveryReport(history, 0, description.runId), details);
     const pending = pendingSteps(description.raw.pendingActivities);
     for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
+    // A run with a review says where it stands (a query: a worker answers it, for open and closed runs alike).
+    const review = await Promise.race([
+      handle.query(reviewQuery).catch(() => undefined),
+      new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10_000).unref()),
+    ]);
+    if (review !== undefined) console.log(`\n${describeReview(review)}`);
   } finally {
     await close();
   }

@@ -1,6 +1,9 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
+import type { Config } from '../config';
+import { startReviewPage } from '../runs/review-page';
+import { openStores } from '../store/open';
 import type { JsonValue } from '../contract';
 import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
@@ -15,6 +18,7 @@ const USAGE = [
   '  npm run review -- approve <document>...                 publish the drafts as they are',
   '  npm run review -- reject <document>... --reason "..."   publish nothing; the reason is kept',
   '  npm run review -- edit <document>... [--summary "..."] [--tags "a, b"]   publish with these fields instead',
+  '  npm run review -- serve [--host H] [--port N]          the review page (loopback, port 8790, by default)',
   'Options: --reviewer NAME (default: REVIEWER, else your login name). <document> is a document ID or its',
   'workflow ID (document-<id>), as the list shows.',
 ].join('\n');
@@ -31,6 +35,8 @@ async function run(): Promise<void> {
       reason: { type: 'string' },
       summary: { type: 'string' },
       tags: { type: 'string' },
+      host: { type: 'string' },
+      port: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -39,11 +45,12 @@ async function run(): Promise<void> {
     return;
   }
   const [command = 'list', ...documents] = positionals;
+  const config = loadConfig();
+  if (command === 'serve') return serve(config, values);
   if (command !== 'list' && (!['approve', 'reject', 'edit'].includes(command) || documents.length === 0))
     throw new UserFacingError(USAGE);
-  const reviewer = values.reviewer ?? process.env.REVIEWER ?? os.userInfo().username;
+  const reviewer = values.reviewer ?? config.reviewer ?? os.userInfo().username;
   const decision = decisionOf(command, reviewer, values);
-  const config = loadConfig();
   const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
   try {
     if (decision === undefined) {
@@ -76,6 +83,36 @@ async function run(): Promise<void> {
   } finally {
     await close();
   }
+}
+
+/** Serves the review page until Ctrl-C. */
+async function serve(config: Config, values: { host?: string; port?: string }): Promise<void> {
+  const port = Number(values.port ?? 8790);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535)
+    throw new UserFacingError(`--port must be a port number, not "${values.port}"`);
+  const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
+  const stores = await openStores(config);
+  let page;
+  try {
+    page = await startReviewPage(client, stores.blobs, {
+      host: values.host ?? '127.0.0.1',
+      port,
+      token: config.reviewPageToken,
+    });
+  } catch (err) {
+    await stores.close();
+    await close();
+    throw new UserFacingError(err instanceof Error ? err.message : String(err));
+  }
+  console.log(`Review page: ${page.url} (Ctrl-C stops it)`);
+  const opened = page;
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await opened.close();
+  await stores.close();
+  await close();
 }
 
 /** The decision the command line gives, undefined for the list. */

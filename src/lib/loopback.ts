@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 
 /**
  * Starts `server` on a free loopback port (or `port`) and returns its origin, `http://127.0.0.1:<port>`. `what`
@@ -63,4 +64,9 @@ export function readBody(req: http.IncomingMessage): Promise<Buffer> {
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+/** True for a host name or address that stays on this machine: `localhost`, `::1`, 127.x.x.x. */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (net.isIPv4(host) && host.startsWith('127.'));
 }

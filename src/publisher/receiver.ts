@@ -5,6 +5,7 @@ import { describeIssues, PublishInputSchema } from '../contract';
 import { describeCauses } from '../lib/http';
 import type { PublicationStore } from './publication-store';
 import { checkSignatureHeaders, verifier } from './signature';
+import { isLoopbackHost } from '../lib/loopback';
 
 /** The largest body read; a publication is a few kilobytes. A longer one is answered 413 and never buffered. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -69,7 +70,7 @@ export async function startReceiver(
     requestTimeoutMs = 30_000,
   }: ReceiverOptions = {},
 ): Promise<Receiver> {
-  if (secret === undefined && !isLoopback(host)) {
+  if (secret === undefined && !isLoopbackHost(host)) {
     throw new Error(
       `The publish target would listen on ${host}, beyond this machine, and take unsigned publications from ` +
         'anyone who reaches it: set PUBLISH_WEBHOOK_SECRET (the same value on the workers, which then sign ' +
@@ -356,10 +357,6 @@ function readBody(req: http.IncomingMessage, max: number): Promise<Buffer | 'too
   });
 }
 
-function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || (net.isIPv4(host) && host.startsWith('127.'));
-}
-
 function bracketed(host: string): string {
   return net.isIPv6(host) ? `[${host}]` : host;
 }
@@ -370,7 +367,7 @@ function hostMatcher(host: string, port: number, extra: string[]): (header: stri
   const names = new Set(
     [
       host,
-      ...(isLoopback(host) || wildcard ? ['localhost', '127.0.0.1', '::1'] : []),
+      ...(isLoopbackHost(host) || wildcard ? ['localhost', '127.0.0.1', '::1'] : []),
       ...(wildcard ? [os.hostname()] : []),
       ...extra,
     ].map((name) => bracketed(name).toLowerCase()),
