@@ -27,6 +27,9 @@ import { ReportingExporter, SHUTDOWN_EXPORT_MS } from '../src/telemetry/tracing'
 import { startWorkerProcess } from '../src/cli/demo/worker-process';
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import { devServerEnv, DOCUMENT_SPANS_UNDER_START, installQuietRuntime } from './helpers';
+import { loadConfig } from '../src/config';
+import { connectClient } from '../src/temporal/connection';
+import { awaitingReview, decide } from '../src/runs/review-queue';
 import { ensureOtlpProto, startOtlpReceiver } from './otlp-proto';
 import type { DecodedSpan } from './otlp-proto';
 import { cleanupAfterAll, freePort, scratchDir } from './scratch';
@@ -241,6 +244,46 @@ describe('traces through npm run pipeline and npm run worker, to a protobuf-only
         fs.readFileSync(SHOWN, 'utf8').includes(batchTrace),
         `docs/observability.md does not show:\n${batchTrace}`,
       );
+    },
+  );
+});
+
+describe('a review in the document trace', () => {
+  it(
+    'shows the wait for review as its own span, from the draft to the decision',
+    { timeout: 300_000 },
+    async () => {
+      const receiver = await startOtlpReceiver(python);
+      defer(() => receiver.close());
+      const dataDir = scratchDir(defer, 'otlp-review-');
+      const shared = {
+        ...baseEnv(dataDir, `otlp-review-${randomUUID()}`),
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+      };
+      await worker({ ...shared, OTEL_SERVICE_NAME: 'otlp-review-worker' });
+      const run = await pipeline(documents(1), { ...shared, REVIEW: 'on' });
+      assert.equal(run.code, 6, run.output);
+      assert.match(run.output, /^AWAITING REVIEW /m, run.output);
+      const { client, close } = await connectClient(loadConfig({ TEMPORAL_ADDRESS: env.address }));
+      defer(close);
+      let decided = false;
+      for (const deadline = Date.now() + 60_000; !decided; await sleep(500)) {
+        assert.ok(Date.now() < deadline, 'the draft never showed in the queue');
+        for (const { workflowId } of await awaitingReview(client)) {
+          const answer = await decide(client, workflowId, { action: 'approve', reviewer: 'ana' });
+          decided ||= answer.ok;
+        }
+      }
+      let review: DecodedSpan | undefined;
+      for (const deadline = Date.now() + 60_000; review === undefined; await sleep(250)) {
+        assert.ok(Date.now() < deadline, 'no Review span reached the receiver');
+        review = (await receiver.spans()).find((s) => s.name === 'Review');
+      }
+      const spans = await receiver.spans();
+      const parent = spans.find((s) => s.spanId === review.parentSpanId);
+      assert.equal(parent?.name, 'RunWorkflow:documentPipeline');
+      assert.equal(review.attributes.outcome, 'approved');
+      assert.equal(review.attributes.reviewer, 'ana');
     },
   );
 });

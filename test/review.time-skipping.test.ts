@@ -7,6 +7,8 @@ import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Registry } from 'prom-client';
+import { pipelineMetrics } from '../src/telemetry/metrics';
 import { reviewQuery, reviewUpdate } from '../workflows';
 import {
   installQuietRuntime,
@@ -99,5 +101,26 @@ describe('a review on the time-skipping server', () => {
     assert.deepEqual(stored?.fields.tags, ['checkpoints', 'recovery'], 'the edit is what was published');
     assert.equal(stored?.fields.summary, drafted.summary, 'a field not edited is published as drafted');
     assert.deepEqual((stored?.fields.review as { reviewer?: string } | undefined)?.reviewer, 'ana');
+  });
+});
+
+describe('the review in the worker metrics', () => {
+  it('counts each decision by outcome and observes its wait in seconds, through the workflow sink', async () => {
+    const local = await tempParts(defer);
+    const registry = new Registry();
+    const deps = { ...local.deps, metrics: pipelineMetrics(registry) };
+    const input = {
+      ...(await pipelineInput(local.blobs, SAMPLE_TEXT)),
+      review: { timeoutMinutes: 2 * 60, onTimeout: 'reject' as const },
+    };
+    await withPipeline(env, { ...local, deps }, input, (handle) => handle.result());
+    const page = await registry.metrics();
+    assert.match(page, /^pipeline_review_decisions_total\{outcome="expired"\} 1$/m, page);
+    assert.match(page, /^pipeline_review_wait_seconds_count\{outcome="expired"\} 1$/m, page);
+    // Two hours of workflow time, and the moment the timer took to fire.
+    const waited = Number(
+      /^pipeline_review_wait_seconds_sum\{outcome="expired"\} ([\d.]+)$/m.exec(page)?.[1],
+    );
+    assert.ok(waited >= 7200 && waited < 7260, `waited ${waited} s`);
   });
 });
