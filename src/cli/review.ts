@@ -55,7 +55,13 @@ async function run(): Promise<void> {
   try {
     if (decision === undefined) {
       const queue = await awaitingReview(client);
-      if (queue.length === 0) console.log('Nothing awaits review.');
+      const unanswered = queue.unanswered ?? [];
+      if (queue.length === 0 && unanswered.length === 0) console.log('Nothing awaits review.');
+      if (unanswered.length > 0)
+        console.log(
+          `${unanswered.length} run(s) await review, but no worker answered for their drafts: start one ` +
+            `(npm run worker) and list again. ${unanswered.join(', ')}`,
+        );
       for (const { workflowId, draft } of queue) {
         const cost = draft.costUsd === null ? 'no price' : formatCost(draft.costUsd);
         console.log(`${draft.documentId}  "${draft.title}"  (${workflowId})`);

@@ -115,6 +115,7 @@ export function reviewLines(awaiting: readonly { source: string }[]): string[] {
     `${awaiting.length} document(s) await review: nothing of theirs is published until a person approves or ` +
       'edits the draft. Their runs finish by themselves once reviewed:',
     'REVIEW npm run review   (lists the drafts; then npm run review -- approve <document>, or edit, or reject)',
+    '       with a server and a worker up (npm start stopped its own: npm run server, then npm run worker)',
     ...awaiting.map((a) => `AWAITING REVIEW ${a.source}`),
   ];
 }

@@ -133,7 +133,16 @@ export async function startReviewPage(
       }),
     );
     const note = said === undefined ? '' : `<p class="said">${escapeHtml(said)}</p>`;
-    const body = cards.length === 0 ? '<p>Nothing awaits review.</p>' : cards.join('\n');
+    const unanswered = queue.unanswered ?? [];
+    const waiting =
+      unanswered.length === 0
+        ? ''
+        : `<p class="said">${unanswered.length} more await review, but no worker answered for their drafts: ` +
+          'start one (npm run worker) and reload.</p>';
+    const body =
+      cards.length === 0 && waiting === ''
+        ? '<p>Nothing awaits review.</p>'
+        : `${waiting}${cards.join('\n')}`;
     return page(`Review (${queue.length})`, `${note}\n${body}`);
   }
 

@@ -13,20 +13,43 @@ export interface QueuedDraft {
   draft: ReviewDraft;
 }
 
+/** How long the queue waits for a run's draft: a query needs a worker, and none may be running. */
+const DRAFT_QUERY_MS = 5_000;
+
 /**
  * The drafts awaiting review, oldest first: one list call the server answers from its search-attribute index, then
- * one query per run for its draft. A run that decided meanwhile (the index lags by a moment) is left out.
+ * one query per run for its draft, side by side. A run that decided meanwhile (the index lags by a moment) is left
+ * out; runs no worker answered for are returned by workflow ID in `unanswered`.
  */
-export async function awaitingReview(client: Client, limit = 200): Promise<QueuedDraft[]> {
-  const drafts: QueuedDraft[] = [];
+export async function awaitingReview(
+  client: Client,
+  limit = 200,
+): Promise<QueuedDraft[] & { unanswered?: string[] }> {
+  const runs: { workflowId: string; runId: string }[] = [];
   for await (const run of client.workflow.list({ query: AWAITING_REVIEW_QUERY, pageSize: limit })) {
-    const draft = await client.workflow
-      .getHandle(run.workflowId, run.runId)
-      .query(reviewQuery)
-      .catch(() => undefined);
-    if (draft !== undefined && draft.decided === undefined)
-      drafts.push({ workflowId: run.workflowId, draft });
-    if (drafts.length >= limit) break;
+    runs.push({ workflowId: run.workflowId, runId: run.runId });
+    if (runs.length >= limit) break;
+  }
+  const answers = await Promise.all(
+    runs.map(({ workflowId, runId }) =>
+      Promise.race([
+        client.workflow
+          .getHandle(workflowId, runId)
+          .query(reviewQuery)
+          .then(
+            (draft) => ({ workflowId, draft }),
+            () => ({ workflowId, draft: undefined }),
+          ),
+        new Promise<{ workflowId: string; draft: 'unanswered' }>((resolve) =>
+          setTimeout(() => resolve({ workflowId, draft: 'unanswered' }), DRAFT_QUERY_MS).unref(),
+        ),
+      ]),
+    ),
+  );
+  const drafts: QueuedDraft[] & { unanswered?: string[] } = [];
+  for (const { workflowId, draft } of answers) {
+    if (draft === 'unanswered') (drafts.unanswered ??= []).push(workflowId);
+    else if (draft !== undefined && draft.decided === undefined) drafts.push({ workflowId, draft });
   }
   return drafts.sort((a, b) => a.draft.awaitingSince - b.draft.awaitingSince);
 }
