@@ -74,6 +74,16 @@ async function listedByCli(documentIds: readonly string[]): Promise<string> {
   }
 }
 
+/** A document stored in fresh local parts, its input asking for a review, and a task queue of its own. */
+async function reviewedDocument() {
+  const local = await tempParts(defer);
+  const input = {
+    ...(await pipelineInput(local.blobs, SAMPLE_TEXT)),
+    review: { timeoutMinutes: 60, onTimeout: 'reject' as const },
+  };
+  return { local, taskQueue: `review-${randomUUID()}`, input };
+}
+
 /** Waits (30 s at most) until the run's draft awaits review. */
 async function draftReady(handle: { query: (q: typeof reviewQuery) => Promise<unknown> }): Promise<void> {
   const deadline = Date.now() + 30_000;
@@ -175,15 +185,10 @@ describe('REVIEW=on on the dev server', () => {
   );
 
   it(
-    'refuses a malformed decision without a trace, answers the same update ID once, and lets one of two reviewers win',
+    'refuses a malformed decision without a trace, answers the same update ID once, and waits out a worker that went away',
     { timeout: 120_000 },
     async () => {
-      const local = await tempParts(defer);
-      const taskQueue = `review-${randomUUID()}`;
-      const input = {
-        ...(await pipelineInput(local.blobs, SAMPLE_TEXT)),
-        review: { timeoutMinutes: 60, onTimeout: 'reject' as const },
-      };
+      const { local, taskQueue, input } = await reviewedDocument();
       // The first worker goes away while the draft waits; the decision is taken by the next one.
       const first = await pipelineWorker(env, taskQueue, local.deps);
       const handle = await startPipeline(env, taskQueue, input);
@@ -230,19 +235,11 @@ describe('REVIEW=on on the dev server', () => {
     'lets exactly one of two reviewers deciding at once win; the other is told who did',
     { timeout: 120_000 },
     async () => {
-      const local = await tempParts(defer);
-      const taskQueue = `review-${randomUUID()}`;
-      const input = {
-        ...(await pipelineInput(local.blobs, SAMPLE_TEXT)),
-        review: { timeoutMinutes: 60, onTimeout: 'reject' as const },
-      };
+      const { local, taskQueue, input } = await reviewedDocument();
       const worker = await pipelineWorker(env, taskQueue, local.deps);
       const handle = await startPipeline(env, taskQueue, input);
       await worker.runUntil(async () => {
-        for (const deadline = Date.now() + 30_000; Date.now() < deadline;) {
-          if ((await handle.query(reviewQuery)) !== undefined) break;
-          await new Promise((resolve) => setTimeout(resolve, 100));
-        }
+        await draftReady(handle);
         const answers = await Promise.all([
           decide(env.client, handle.workflowId, { action: 'approve', reviewer: 'ana' }),
           decide(env.client, handle.workflowId, { action: 'reject', reviewer: 'bo', reason: 'too long' }),

@@ -8,7 +8,6 @@ import {
 } from '@temporalio/workflow';
 import type { Sinks } from '@temporalio/workflow';
 import { ApplicationFailure } from '@temporalio/common';
-import type { JsonValue, ModelInfo } from '../src/contract';
 import { decisionProblem, describeOutcome, normalizeDecision, REVIEW_STATUS } from '../src/review';
 import type { ReviewDecision, ReviewDraft, ReviewOutcome, ReviewSettings } from '../src/review';
 import type { PipelineProgress } from '../src/steps';
@@ -23,14 +22,7 @@ export interface ReviewSinks extends Sinks {
 const { review: reviewSink } = proxySinks<ReviewSinks>();
 
 /** The draft a review is about: what the publication would carry, and who made it at what cost. */
-export interface DraftOf {
-  documentId: string;
-  title: string;
-  textRef: string;
-  fields: Record<string, JsonValue>;
-  model: ModelInfo;
-  costUsd: number | null;
-}
+export type DraftOf = Omit<ReviewDraft, 'awaitingSince' | 'deadline' | 'onTimeout' | 'decided'>;
 
 /**
  * Sets the run's review handlers: the query answers nothing until the draft is ready; the update refuses every
