@@ -1,6 +1,8 @@
 import type { BlobStore } from '../src/documents/blobs';
 import type { Publisher } from '../src/publisher/types';
 import { createBatchActivities } from './batch';
+import { createBulkActivities } from './bulk';
+import type { BulkDependencies } from './bulk';
 import { checkBatchInput, checkPipelineInput } from './check-input';
 import type { ModelStepDependencies } from './model-step';
 import { STEP_LIST } from './steps';
@@ -11,6 +13,8 @@ export interface ActivityDependencies extends ModelStepDependencies {
   publisher: Publisher;
   /** The texts' store; the batch workflow reads its manifest from it. */
   blobs: BlobStore;
+  /** The provider's batch API and the claims of its batches (bulk mode); absent for a model without one. */
+  bulk?: BulkDependencies['bulk'];
 }
 
 /** What each step's folder exports (activities/<step>/index.ts): its activity, given the worker's parts. */
@@ -27,6 +31,7 @@ export function createActivities(deps: ActivityDependencies) {
   return {
     ...(steps as StepActivities),
     ...createBatchActivities(deps),
+    ...createBulkActivities(deps),
     checkPipelineInput,
     checkBatchInput,
   };

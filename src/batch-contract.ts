@@ -6,6 +6,7 @@
  */
 import { z } from 'zod';
 import { BATCH_SCHEMA_VERSION, MAX_LISTED_FAILURES } from './batch-steps';
+import type { BulkProgress } from './batch-steps';
 import {
   BudgetInputSchema,
   DocumentIdSchema,
@@ -52,6 +53,24 @@ export const BatchManifestSchema = z.union([
 ]);
 export type BatchManifest = z.infer<typeof BatchManifestSchema>;
 
+/** Bulk mode's settings (BULK_* in docs/configuration.md). */
+export const BulkSettingsSchema = z
+  .object({
+    /** Requests per provider batch at most (OpenAI takes 50,000 a batch, Anthropic 100,000). */
+    maxRequests: z.number().int().min(1).max(50_000).default(50_000),
+    /**
+     * Provider batches in turn: requests a round left unanswered (an error, a refused answer, an expired batch) go
+     * into the next; after the last, the documents' own steps call the model for them one by one.
+     */
+    rounds: z.number().int().min(1).max(5).default(2),
+    /** The first look at a provider batch, this long after it is created; each next one twice as long after. */
+    pollSeconds: z.number().int().min(1).max(3600).default(60),
+    /** The longest wait between two looks. */
+    pollMaxSeconds: z.number().int().min(1).max(6 * 3600).default(1800),
+  })
+  .strict();
+export type BulkSettings = z.output<typeof BulkSettingsSchema>;
+
 export const BatchOptionsSchema = z
   .object({
     /** Document runs open at once: the sliding window. */
@@ -71,6 +90,8 @@ export const BatchOptionsSchema = z
     budget: BudgetInputSchema.optional(),
     /** Every document's draft waits for a person's review before it is published (src/review.ts). */
     review: ReviewSettingsSchema.optional(),
+    /** Bulk mode (BULK=on, docs/bulk.md): the model requests go to the provider's batch API first. */
+    bulk: BulkSettingsSchema.optional(),
   })
   .strict();
 export type BatchOptions = z.output<typeof BatchOptionsSchema>;
@@ -122,6 +143,8 @@ export const BatchCarriedSchema = z.object({
   failures: z.array(BatchFailureSchema).max(MAX_LISTED_FAILURES),
   /** Runs of this batch so far (1 for the first). */
   runs: z.number().int().min(1),
+  /** Bulk mode's provider batches, done before the first run handed out a document (BulkProgress). */
+  bulk: z.custom<BulkProgress>((v) => typeof v === 'object' && v !== null).optional(),
 });
 export type BatchCarried = z.infer<typeof BatchCarriedSchema>;
 

@@ -64,6 +64,8 @@ export interface BatchProgress {
   waitingForBudget?: BudgetWaitingDocument[];
   /** The runs in the window whose draft awaits review (npm run review). Optional: older batches lack it. */
   awaitingReview?: ReviewWaitingDocument[];
+  /** Bulk mode (BULK=on): the provider batches that answer the model steps before the documents run. */
+  bulk?: BulkProgress;
   /**
    * Small batches (up to OPEN_LISTED documents) only: how each document was taken up, by its manifest index:
    * started, started after ending the run of another version (replaced), found done earlier, or found under way
@@ -78,6 +80,76 @@ export interface BatchProgress {
   }[];
 }
 export const OPEN_LISTED = 20;
+
+/** One provider batch of bulk mode, as the batch's progress shows it. */
+export interface BulkBatchView {
+  round: number;
+  claimKey: string;
+  providerBatchId: string;
+  /** The provider's word for its state (`in_progress`, `completed`, `ended`, ...). */
+  status: string;
+  ended: boolean;
+  total: number;
+  succeeded: number;
+  errored: number;
+  pending: number;
+}
+
+/** What bulk mode's provider batches came to, summed over the batch's rounds (see BulkCollected). */
+export interface BulkTotals {
+  answered: number;
+  refused: number;
+  errored: number;
+  expired: number;
+  canceled: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** At the batch price; null when the model has no price. */
+  costUsd: number | null;
+  /** What the same answers would cost one call each, at the list price. */
+  listCostUsd: number | null;
+}
+
+/** Bulk mode's state in the batch: where it is, its provider batches, and what they came to. */
+export interface BulkProgress {
+  /** submitting, waiting (between polls), collecting, done, or cancelled. */
+  phase: 'submitting' | 'waiting' | 'collecting' | 'done' | 'cancelled';
+  round: number;
+  batches: BulkBatchView[];
+  /** Requests the memo had answered before the first round (not sent again). */
+  answeredBefore: number;
+  totals: BulkTotals;
+  /** Workflow time (epoch ms) of the next look at the provider, while waiting. */
+  nextPollAt?: number;
+}
+
+export function emptyBulkTotals(): BulkTotals {
+  return {
+    answered: 0,
+    refused: 0,
+    errored: 0,
+    expired: 0,
+    canceled: 0,
+    inputTokens: 0,
+    outputTokens: 0,
+    costUsd: 0,
+    listCostUsd: 0,
+  };
+}
+
+/** Adds one provider batch's collected outcome into the totals. */
+export function addBulkTotals(totals: BulkTotals, more: BulkTotals): void {
+  totals.answered += more.answered;
+  totals.refused += more.refused;
+  totals.errored += more.errored;
+  totals.expired += more.expired;
+  totals.canceled += more.canceled;
+  totals.inputTokens += more.inputTokens;
+  totals.outputTokens += more.outputTokens;
+  totals.costUsd = totals.costUsd === null || more.costUsd === null ? null : totals.costUsd + more.costUsd;
+  totals.listCostUsd =
+    totals.listCostUsd === null || more.listCostUsd === null ? null : totals.listCostUsd + more.listCostUsd;
+}
 
 export function emptyTally(): BatchTally {
   const steps = Object.fromEntries(STEPS.map((s) => [s, { done: 0, failed: 0 }])) as BatchTally['steps'];

@@ -8,6 +8,7 @@ import { DEFAULT_TASK_QUEUE } from './contract';
 import { DocumentExtensionsSchema } from './documents/files';
 import { isValidSecret, SECRET_FORMAT } from './publisher/signature';
 import { readTemporalSettings } from './temporal/settings';
+import type { BulkSettings } from './batch-contract';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
 import type { ReviewSettings } from './review';
 import { readTracingSettings } from './telemetry/otlp-settings';
@@ -220,6 +221,16 @@ const EnvSchema = z.object({
     .pipe(z.enum(REVIEW_POLICIES)),
   REVIEWER: optionalText,
   REVIEW_PAGE_TOKEN: optionalText,
+  BULK: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'off' : s.toLowerCase()))
+    .pipe(z.enum(['on', 'off'], { error: 'must be on or off' })),
+  BULK_MAX_REQUESTS: positiveInt(50_000).pipe(z.number().max(50_000, 'must be at most 50000 (OpenAI\'s limit)')),
+  BULK_ROUNDS: positiveInt(2).pipe(z.number().max(5, 'must be at most 5')),
+  BULK_POLL_SECONDS: positiveInt(60).pipe(z.number().max(3600, 'must be at most 3600')),
+  BULK_POLL_MAX_SECONDS: positiveInt(1800).pipe(z.number().max(6 * 3600, 'must be at most 21600 (6 hours)')),
   BATCH_WINDOW: positiveInt(16).pipe(z.number().max(1000, 'must be at most 1000 documents at once')),
   OPEN_DELIVERY_POLICY: z
     .string()
@@ -317,6 +328,12 @@ export interface Config {
    * REVIEW_TIMEOUT_HOURS (default 72), then ends by REVIEW_ON_TIMEOUT (`reject`, the default, or `publish`).
    */
   review: ReviewSettings | undefined;
+  /**
+   * BULK=on (or `--bulk`): the batch's model requests go to the provider's batch API first, at half the price
+   * (docs/bulk.md), with BULK_MAX_REQUESTS, BULK_ROUNDS, BULK_POLL_SECONDS and BULK_POLL_MAX_SECONDS.
+   */
+  bulk: BulkSettings;
+  bulkOn: boolean;
   /** REVIEWER: the name `npm run review` decides under; REVIEW_PAGE_TOKEN: the review page's password. */
   reviewer: string | undefined;
   reviewPageToken: string | undefined;
@@ -405,6 +422,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     stepBudgetMinutes: e.STEP_BUDGET_MINUTES,
     batchWindow: e.BATCH_WINDOW,
+    bulkOn: e.BULK === 'on',
+    bulk: {
+      maxRequests: e.BULK_MAX_REQUESTS,
+      rounds: e.BULK_ROUNDS,
+      pollSeconds: e.BULK_POLL_SECONDS,
+      pollMaxSeconds: e.BULK_POLL_MAX_SECONDS,
+    },
     reviewer: e.REVIEWER,
     reviewPageToken: e.REVIEW_PAGE_TOKEN,
     review:

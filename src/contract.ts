@@ -74,6 +74,11 @@ const ModelStepFields = {
   estimatedCostUsd: z.number().min(0).nullable().optional(),
   /** Tokens of paid answers this run refused (cut off, wrong shape) before the one kept; counted in the cost. */
   rejectedUsage: UsageSchema.optional(),
+  /**
+   * The answer was bought as a line of a provider batch (bulk mode, docs/bulk.md), at the batch price: the claim of
+   * that batch, and what the same answers would have cost one call each (null without a price).
+   */
+  bulk: z.object({ claim: z.string(), listCostUsd: z.number().min(0).nullable() }).optional(),
 };
 
 export const ModelStepFieldsSchema = z.object(ModelStepFields);

@@ -1,4 +1,7 @@
 import type { ActivityDependencies } from '../activities';
+import { AnthropicBatches } from './bulk/anthropic-batches';
+import { OpenAiBatches } from './bulk/openai-batches';
+import type { BatchApi } from './bulk/types';
 import type { Config } from './config';
 import { blobTextSource } from './documents/text-source';
 import { AiSdkModel } from './model/ai-sdk';
@@ -43,6 +46,15 @@ export function createModel(
   );
 }
 
+/** The configured provider's batch API (bulk mode): OpenAI's or Anthropic's; none for other models. */
+export function createBatchApi(config: Config): BatchApi | undefined {
+  const { model } = config;
+  if (model.kind !== 'remote') return undefined;
+  if (model.provider === 'openai') return new OpenAiBatches(model);
+  if (model.provider === 'anthropic') return new AnthropicBatches(model);
+  return undefined;
+}
+
 /** Parts a caller may swap for its own (a test's scripted model, a publisher that crashes on purpose). */
 export type DependencyOverrides = Partial<Pick<ActivityDependencies, 'model' | 'publisher'>>;
 
@@ -78,9 +90,11 @@ export async function createDependencies(
     }
     return new StorePublisher(stores.publications(), stores.backend);
   }
+  const batchApi = createBatchApi(config);
   return {
     deps: {
       model: overrides.model ?? createModel(config, stores.rateLimits),
+      ...(batchApi === undefined ? {} : { bulk: { api: batchApi, claims: stores.bulkClaims } }),
       publisher,
       memo: stores.memo,
       blobs: stores.blobs,

@@ -30,6 +30,7 @@ import {
 import type { PipelineInput, PipelineResult } from '../src/contract';
 import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
 import type { StepName } from '../src/steps';
+import { newBulkProgress, runBulkPhase } from './bulk';
 import { asRunsOwnCheck } from './checks';
 import {
   batchProgressQuery,
@@ -103,6 +104,8 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     else inReview.set(workflowId, { workflowId, source });
   });
 
+  // Bulk mode's provider batches (BULK=on), carried across continue-as-new.
+  const bulk = options.bulk === undefined ? undefined : (carried.bulk ?? newBulkProgress());
   const progress = (since = 0): BatchProgress => ({
     total,
     started: next,
@@ -116,8 +119,24 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     waitingForBudget: [...overBudget.values()],
     awaitingReview: [...inReview.values()],
     handled,
+    ...(bulk === undefined ? {} : { bulk }),
   });
   setHandler(batchProgressQuery, progress);
+
+  // Bulk mode: the model requests go to the provider's batch API before any document is handed out (once: a run
+  // continued as new carries what it came to).
+  if (options.bulk !== undefined && bulk !== undefined && bulk.phase !== 'done') {
+    await runBulkPhase(
+      {
+        batchId: workflowInfo().workflowId,
+        manifestRef,
+        total,
+        pipeline: options.pipeline,
+        settings: options.bulk,
+      },
+      bulk,
+    );
+  }
 
   const fail = (entry: BatchEntry, workflowId: string, why: { reason: string; step?: StepName }): void => {
     tally.failed++;
@@ -258,7 +277,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
   if (next < total) {
     await continueAsNew<typeof batch>({
       ...input,
-      carried: { next, tally, failures, runs: carried.runs + 1 },
+      carried: { next, tally, failures, runs: carried.runs + 1, ...(bulk === undefined ? {} : { bulk }) },
     });
   }
   return progress();

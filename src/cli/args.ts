@@ -7,16 +7,20 @@ export interface RunArgs {
   rerun: boolean;
   /** What the batch's model calls may spend together (`--budget-usd`, `--budget-tokens`); absent: no limit. */
   budget?: { usd?: number; tokens?: number };
+  /** `--bulk`: the model requests go to the provider's batch API first (as BULK=on). */
+  bulk: boolean;
 }
 
 const OPTIONS =
   'the options are --rerun (process the documents again as new runs), --budget-usd N and --budget-tokens N ' +
-  "(what the batch's model calls may spend; past it they pause until npm run budget -- raise)";
+  "(what the batch's model calls may spend; past it they pause until npm run budget -- raise), and --bulk " +
+  "(the model requests go to the provider's batch API first, at half the price: docs/bulk.md)";
 
 /** The command line after the script name; an option it does not know is refused, naming the ones it does. */
 export function parseRunArgs(args: readonly string[]): RunArgs {
   const paths: string[] = [];
   let rerun = false;
+  let bulk = false;
   const budget: { usd?: number; tokens?: number } = {};
   for (let i = 0; i < args.length; i++) {
     const arg = args[i] ?? '';
@@ -24,6 +28,7 @@ export function parseRunArgs(args: readonly string[]): RunArgs {
       ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
       : [arg];
     if (arg === '--rerun') rerun = true;
+    else if (arg === '--bulk') bulk = true;
     else if (flag === '--budget-usd' || flag === '--budget-tokens') {
       const raw = inline ?? args[++i];
       const n = Number(raw);
@@ -44,5 +49,5 @@ export function parseRunArgs(args: readonly string[]): RunArgs {
       throw new ConfigError(`unknown option ${arg}; ${OPTIONS}`);
     } else paths.push(arg);
   }
-  return { paths, rerun, ...(Object.keys(budget).length > 0 ? { budget } : {}) };
+  return { paths, rerun, bulk, ...(Object.keys(budget).length > 0 ? { budget } : {}) };
 }

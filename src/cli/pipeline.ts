@@ -7,9 +7,9 @@ import { processDocuments } from '../runs/batch';
 import { openStores } from '../store/open';
 import { connectClient } from '../temporal/connection';
 
-/** `npm run pipeline -- [--rerun] [--budget-usd N] <files or folders>`: the client only. Submits, waits for `npm run worker`, prints. */
+/** `npm run pipeline -- [--rerun] [--bulk] [--budget-usd N] <files or folders>`: the client only. Submits, waits for `npm run worker`, prints. */
 async function run(): Promise<void> {
-  const { paths, rerun, budget } = parseRunArgs(process.argv.slice(2));
+  const { paths, rerun, budget, bulk } = parseRunArgs(process.argv.slice(2));
   if (paths.length === 0) {
     throw new ConfigError(
       'give the files or folders to process: npm run pipeline -- [--rerun] samples/ notes.md',
@@ -26,6 +26,7 @@ async function run(): Promise<void> {
     const report = await processDocuments(client, config, stores.blobs, paths, {
       stream: process.stdout,
       rerun,
+      bulk,
       ...(budget === undefined ? {} : { budget }),
       pacing: stores.rateLimits,
       configuredModel: modelInfoOf(config.model),

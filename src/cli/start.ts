@@ -59,6 +59,7 @@ async function run(): Promise<void> {
       since,
       stream: process.stdout,
       rerun: args.rerun,
+      bulk: args.bulk,
       ...(args.budget === undefined ? {} : { budget: args.budget }),
       pacing: stores.rateLimits,
       configuredModel: deps.model.info,

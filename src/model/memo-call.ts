@@ -7,7 +7,7 @@ import type { ModelInfo, Usage } from '../contract';
 import { timed } from '../telemetry/phases';
 import type { AnswerMemo, Claim, MemoRequest, RejectedAnswer, StoredAnswer } from './memo';
 import { estimateCost, totalUsage } from './pricing';
-import type { PriceTable } from './pricing';
+import type { PriceTable, PriceTier } from './pricing';
 import type { ModelAnswer } from './types';
 
 /** A model step's answer as the memo settles it: the value, what it cost this run, and whether it was reused. */
@@ -18,6 +18,8 @@ export interface MemoAnswer<T> {
   memoised: boolean;
   estimatedCostUsd: number | null;
   rejectedUsage?: Usage;
+  /** Bought in a provider batch (bulk mode): which one, and what the same answers would cost one call each. */
+  bulk?: { claim: string; listCostUsd: number | null };
 }
 
 /** The owner's call to the model; `retryHint` quotes why the run's last paid answer was refused, if one was. */
@@ -242,15 +244,19 @@ export class MemoCall<T> {
   private settled(stored: StoredAnswer, memoised: boolean, rejected: RejectedAnswer[]): MemoAnswer<T> {
     const value = this.valueOf(stored);
     const refused = this.priced(rejected);
+    const paid = [stored, ...rejected];
     return {
       value,
       usage: stored.usage,
       model: stored.model,
       memoised,
-      estimatedCostUsd: this.priced([stored, ...rejected]).costUsd,
+      estimatedCostUsd: this.priced(paid).costUsd,
       ...(rejected.length > 0
         ? { rejectedUsage: { inputTokens: refused.inputTokens, outputTokens: refused.outputTokens } }
         : {}),
+      ...(stored.bulkClaim === undefined
+        ? {}
+        : { bulk: { claim: stored.bulkClaim, listCostUsd: this.priced(paid, 'direct').costUsd } }),
     };
   }
 
@@ -268,11 +274,25 @@ export class MemoCall<T> {
     });
   }
 
-  /** The tokens of paid answers and their estimated cost, each priced by the model that gave it. */
-  private priced(answers: (StoredAnswer | RejectedAnswer)[]): ReturnType<typeof totalUsage> {
+  /**
+   * The tokens of paid answers and their estimated cost, each priced by the model that gave it, and at the batch
+   * price when a provider batch bought it; `tier` 'direct' prices them all as one call each.
+   */
+  private priced(
+    answers: (StoredAnswer | RejectedAnswer)[],
+    tier?: PriceTier,
+  ): ReturnType<typeof totalUsage> {
     const prices = this.options.prices ?? {};
     return totalUsage(
-      answers.map((a) => ({ usage: a.usage, estimatedCostUsd: estimateCost(prices, a.model, a.usage) })),
+      answers.map((a) => ({
+        usage: a.usage,
+        estimatedCostUsd: estimateCost(
+          prices,
+          a.model,
+          a.usage,
+          tier ?? (a.bulkClaim === undefined ? 'direct' : 'batch'),
+        ),
+      })),
     );
   }
 }

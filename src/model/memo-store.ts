@@ -4,8 +4,8 @@ import { openSqlite } from '../store/sql-sqlite';
 import { dateOf, flagOf, forUpdate, jsonOf, safeToRepeat, sweepClosedWorkflows } from '../store/sql';
 import type { Sql } from '../store/sql';
 import type { ModelMemoTable, WrittenTime } from '../store/schema';
-import { decideClaim, StoredAnswerSchema } from './memo';
-import type { AnswerMemo, Claim, MemoRequest, Release, StoredAnswer } from './memo';
+import { decideClaim, RejectedListSchema, StoredAnswerSchema } from './memo';
+import type { AnswerMemo, Claim, MemoEntryView, MemoRequest, Release, StoredAnswer } from './memo';
 
 /** A memo row as a claim reads it (see Sql: the types each backend gives back). */
 type EntryRow = Pick<
@@ -137,6 +137,25 @@ export class SqlAnswerMemo implements AnswerMemo {
         .returning('provider_failures'),
     );
     return rows[0]?.provider_failures ?? 0;
+  }
+
+  async peek(memoKeys: readonly string[], runId: string): Promise<Map<string, MemoEntryView>> {
+    const views = new Map<string, MemoEntryView>();
+    // A few hundred keys a statement: well within both backends' limits on bound parameters.
+    for (let i = 0; i < memoKeys.length; i += 500) {
+      const rows = await this.db.rows(
+        this.db.build
+          .selectFrom('model_memo')
+          .select(['memo_key', 'run_id', 'answer', 'rejected'])
+          .where('memo_key', 'in', memoKeys.slice(i, i + 500)),
+      );
+      for (const row of rows)
+        views.set(row.memo_key, {
+          answered: row.answer !== null,
+          rejected: row.run_id === runId ? RejectedListSchema.parse(jsonOf(row.rejected)) : [],
+        });
+    }
+    return views;
   }
 
   async count(): Promise<number> {

@@ -6,6 +6,8 @@ export const StoredAnswerSchema = z.object({
   value: z.unknown(),
   usage: UsageSchema,
   model: ModelInfoSchema,
+  /** Bought as a line of a provider batch (bulk mode): the claim of that batch, and so the batch price. */
+  bulkClaim: z.string().optional(),
 });
 export type StoredAnswer = z.infer<typeof StoredAnswerSchema>;
 
@@ -15,6 +17,8 @@ export const RejectedAnswerSchema = z.object({
   usage: UsageSchema,
   model: ModelInfoSchema,
   error: z.string(),
+  /** Bought as a line of a provider batch (bulk mode), as StoredAnswer's. */
+  bulkClaim: z.string().optional(),
 });
 export type RejectedAnswer = z.infer<typeof RejectedAnswerSchema>;
 export const RejectedListSchema = z.array(RejectedAnswerSchema);
@@ -63,11 +67,22 @@ export interface AnswerMemo {
   complete(memoKey: string, answer: StoredAnswer): Promise<StoredAnswer>;
   /** Ends the owner's claim without an answer; returns the run's provider failures so far. */
   release(memoKey: string, owner: string, release: Release): Promise<number>;
+  /**
+   * What the memo holds for each of `memoKeys`, without claiming any (bulk mode reads it before it submits a
+   * provider batch): whether it has an answer, and the answers `runId` paid for and refused. Keys it lacks are absent.
+   */
+  peek(memoKeys: readonly string[], runId: string): Promise<Map<string, MemoEntryView>>;
   /** Number of stored answers (for reports and tests). */
   count(): Promise<number>;
   /** Deletes entries untouched since `before` whose workflow is not open; returns how many. */
   sweep(before: Date, openWorkflowIds: ReadonlySet<string>): Promise<number>;
   close(): Promise<void>;
+}
+
+/** An entry as peek shows it. */
+export interface MemoEntryView {
+  answered: boolean;
+  rejected: RejectedAnswer[];
 }
 
 /** An existing entry as a claim finds it; `leaseLive` is read on the backend's clock. */

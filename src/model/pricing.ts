@@ -11,8 +11,19 @@ export const ModelPriceSchema = z
     cachedInputPerMillion: z.number().min(0).optional(),
     /** US dollars per million input tokens written to the prompt cache (Anthropic's); the input price when absent. */
     cacheWritePerMillion: z.number().min(0).optional(),
+    /**
+     * The share of these prices a provider's batch API charges (bulk mode, docs/bulk.md): OpenAI's Batch API and
+     * Anthropic's Message Batches both charge half; 0.5 when absent.
+     */
+    batchShare: z.number().min(0).max(1).optional(),
   })
   .strict();
+
+/** What a provider's batch API charges of its list prices where the table does not say (both charge half). */
+export const DEFAULT_BATCH_SHARE = 0.5;
+
+/** How an answer was bought: one call at list prices, or a line of a provider batch at the batch price. */
+export type PriceTier = 'direct' | 'batch';
 
 /**
  * Model name (as in MODEL, after the provider) -> price. A configurable estimate, not a bill: check your
@@ -48,7 +59,12 @@ export const DEFAULT_PRICES: PriceTable = {
 };
 
 /** Estimated cost in US dollars: 0 for the offline model, null when the table has no price for the model. */
-export function estimateCost(prices: PriceTable, model: ModelInfo, usage: Usage): number | null {
+export function estimateCost(
+  prices: PriceTable,
+  model: ModelInfo,
+  usage: Usage,
+  tier: PriceTier = 'direct',
+): number | null {
   if (model.provider === 'offline') return 0;
   const price = prices[model.model];
   if (price === undefined) return null;
@@ -56,11 +72,13 @@ export function estimateCost(prices: PriceTable, model: ModelInfo, usage: Usage)
   const cached = usage.cachedInputTokens ?? 0;
   const written = usage.cacheWriteInputTokens ?? 0;
   const plain = Math.max(0, usage.inputTokens - cached - written);
+  const share = tier === 'batch' ? (price.batchShare ?? DEFAULT_BATCH_SHARE) : 1;
   return (
-    (plain * price.inputPerMillion +
-      cached * (price.cachedInputPerMillion ?? price.inputPerMillion) +
-      written * (price.cacheWritePerMillion ?? price.inputPerMillion) +
-      usage.outputTokens * price.outputPerMillion) /
+    (share *
+      (plain * price.inputPerMillion +
+        cached * (price.cachedInputPerMillion ?? price.inputPerMillion) +
+        written * (price.cacheWritePerMillion ?? price.inputPerMillion) +
+        usage.outputTokens * price.outputPerMillion)) /
     1_000_000
   );
 }

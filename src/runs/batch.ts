@@ -2,6 +2,8 @@ import type { Client } from '@temporalio/client';
 import { batch } from '../../workflows';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../batch-contract';
 import type { BatchInput, BatchTally } from '../batch-contract';
+import { BULK_PROVIDERS } from '../bulk/types';
+import { ConfigError } from '../config';
 import type { Config } from '../config';
 import type { ModelInfo } from '../contract';
 import type { BlobStore } from '../documents/blobs';
@@ -46,6 +48,8 @@ export interface ProcessOptions {
   budget?: { usd?: number; tokens?: number };
   /** Every document's draft waits for a person's review before it is published (REVIEW=on). */
   review?: ReviewSettings;
+  /** Bulk mode (`--bulk`, BULK=on): the model requests go to the provider's batch API first (docs/bulk.md). */
+  bulk?: boolean;
   /** The fleet's pacing of provider calls and the budgets: progress says when a provider is limiting the batch. */
   pacing?: SqlRateLimits;
   /** The model the workers are configured with: the table points out results another model made earlier. */
@@ -60,6 +64,15 @@ export interface ProcessOptions {
    * only once no call it made is out (retries included), so its caller may close the connection next.
    */
   signal?: AbortSignal;
+}
+
+/** Bulk mode needs a provider with a batch API: says so before anything is submitted. */
+function checkBulkModel(model: ModelInfo): void {
+  if (BULK_PROVIDERS.includes(model.provider)) return;
+  throw new ConfigError(
+    `bulk mode (--bulk, BULK=on) sends the model requests to a provider's batch API, and the model is ` +
+      `${model.provider}/${model.model}: set MODEL=openai:<model> or MODEL=anthropic:<model>, or leave bulk mode off`,
+  );
 }
 
 /** How a batch ended: the listed outcomes (every document of a small batch; the failures of a big one). */
@@ -131,6 +144,8 @@ async function runBatch(
   const batchId = batchIdFor(manifestRef, rerun ? Date.now() : undefined);
   const budget = options.budget === undefined ? undefined : { id: batchId, ...options.budget };
   const review = options.review ?? config.review;
+  const bulk = (options.bulk ?? false) || config.bulkOn ? config.bulk : undefined;
+  if (bulk !== undefined && options.configuredModel !== undefined) checkBulkModel(options.configuredModel);
   const input: BatchInput = {
     schemaVersion: BATCH_SCHEMA_VERSION,
     manifestRef,
@@ -142,6 +157,7 @@ async function runBatch(
       ...(options.historyBudget !== undefined ? { historyBudget: options.historyBudget } : {}),
       ...(budget === undefined ? {} : { budget }),
       ...(review === undefined ? {} : { review }),
+      ...(bulk === undefined ? {} : { bulk }),
     },
   };
   const attachedAt = Date.now();

@@ -357,4 +357,34 @@ export const MIGRATIONS: readonly Migration[] = [
       },
     },
   },
+  {
+    version: 9,
+    name: 'claims of provider batches (bulk mode), each made before its batch is created',
+    up: {
+      async memo(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('bulk_claims')
+            .ifNotExists()
+            .addColumn('claim_key', 'text', (c) => c.primaryKey())
+            .addColumn('batch_id', 'text', (c) => c.notNull())
+            .addColumn('round', 'integer', (c) => c.notNull())
+            .addColumn('provider', 'text', (c) => c.notNull())
+            .addColumn('requests', t.json, (c) => c.notNull())
+            .addColumn('provider_batch_id', 'text', (c) => c.unique())
+            .addColumn('collected', t.json)
+            .addColumn('created_at', t.time, t.stamped)
+            .addColumn('updated_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('bulk_claims_batch')
+            .ifNotExists()
+            .on('bulk_claims')
+            .columns(['batch_id', 'round']),
+        );
+      },
+    },
+  },
 ];

@@ -1,3 +1,4 @@
+import { SqlBulkClaims } from '../bulk/claims';
 import type { Config } from '../config';
 import { FileBlobStore } from '../documents/blobs';
 import type { BlobStore } from '../documents/blobs';
@@ -20,6 +21,8 @@ export interface Stores {
   ledger: DeliveryLedger;
   /** The pacing of model calls and the budgets, shared by every worker on this backend (beside the memo). */
   rateLimits: SqlRateLimits;
+  /** The claims of provider batches (bulk mode), beside the memo. */
+  bulkClaims: SqlBulkClaims;
   /** The built-in publish target's database, opened on first use (a webhook deployment never opens it). */
   publications(): PublicationStore;
   close(): Promise<void>;
@@ -41,6 +44,7 @@ export async function openStores(config: Config): Promise<Stores> {
       memo: new SqlAnswerMemo(db),
       ledger: new SqlDeliveryLedger(db),
       rateLimits: new SqlRateLimits(db),
+      bulkClaims: new SqlBulkClaims(db),
       publications: () => publications,
       close: () => pool.end(),
     };
@@ -57,6 +61,7 @@ export async function openStores(config: Config): Promise<Stores> {
     memo,
     ledger,
     rateLimits: new SqlRateLimits(memoDb),
+    bulkClaims: new SqlBulkClaims(memoDb),
     publications: () => (publications ??= new SqlitePublicationStore(files.publications)),
     async close() {
       await memo.close();

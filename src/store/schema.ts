@@ -40,6 +40,22 @@ export interface ModelMemoTable {
   updated_at: Time;
 }
 
+/** A provider batch's claim (bulk mode, src/bulk/claims.ts): made before the batch is created, then its ID. */
+export interface BulkClaimsTable {
+  claim_key: string;
+  /** The batch workflow's ID. */
+  batch_id: string;
+  round: number;
+  provider: string;
+  /** The requests the claim covers (BulkRequestRecord[]), as JSON. */
+  requests: Json;
+  provider_batch_id: string | null;
+  /** What collecting its results came to (BulkCollected), once they are in the memo. */
+  collected: ColumnType<unknown, string | null | undefined, string | null>;
+  created_at: Time;
+  updated_at: Time;
+}
+
 export interface DeliveryLedgerTable {
   idempotency_key: string;
   workflow_id: string;
@@ -150,6 +166,7 @@ export interface SchemaMigrationsTable {
 export interface Schema {
   blobs: BlobsTable;
   model_memo: ModelMemoTable;
+  bulk_claims: BulkClaimsTable;
   delivery_ledger: DeliveryLedgerTable;
   publications: PublicationsTable;
   publication_revisions: PublicationRevisionsTable;

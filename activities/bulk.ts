@@ -1,0 +1,373 @@
+/**
+ * Bulk mode's activities (docs/bulk.md): the batch workflow submits its documents' model requests as provider
+ * batches (bulkSubmit), looks at them between its own timers (bulkPoll), stores their answers in the memo of paid
+ * answers (bulkCollect), where each document's steps find them, and cancels them when the batch is cancelled
+ * (bulkCancel). Each call is short: the day-long wait is the workflow's, not an activity's.
+ */
+import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import type { BatchEntry } from '../src/batch-contract';
+import type { BulkClaim, BulkCollected, SqlBulkClaims } from '../src/bulk/claims';
+import type {
+  BatchApi,
+  BulkLine,
+  BulkOutcome,
+  BulkRequestRecord,
+  ProviderBatchState,
+} from '../src/bulk/types';
+import { customIdFor } from '../src/bulk/types';
+import { FailureType, workflowIdFor } from '../src/contract';
+import type { PipelineOptions, Usage } from '../src/contract';
+import type { BlobStore } from '../src/documents/blobs';
+import { ManifestReader } from '../src/documents/manifest';
+import type { TextSource } from '../src/documents/text-source';
+import { memoKeyFor, memoRequestHash } from '../src/model/memo';
+import type { AnswerMemo, MemoRequest } from '../src/model/memo';
+import { estimateCost } from '../src/model/pricing';
+import type { PriceTable } from '../src/model/pricing';
+import type { DocumentModel, ModelRequest } from '../src/model/types';
+import { withHeartbeats } from './heartbeat';
+import { MODEL_STEP_LIST } from './steps';
+
+/** What bulk mode needs: the provider's batch API and the claims, beside the model steps' parts. */
+export interface BulkDependencies {
+  blobs: BlobStore;
+  texts: TextSource;
+  memo: AnswerMemo;
+  model: DocumentModel;
+  prices?: PriceTable;
+  /** Absent where the configured model has no batch API (offline, Ollama, OpenAI-compatible servers). */
+  bulk?: { api: BatchApi; claims: SqlBulkClaims };
+}
+
+/** A provider batch of a round, as the workflow keeps it. */
+export interface BulkPart {
+  claimKey: string;
+  providerBatchId: string;
+  requests: number;
+  state: ProviderBatchState;
+}
+
+export interface BulkSubmitInput {
+  batchId: string;
+  round: number;
+  manifestRef: string;
+  total: number;
+  pipeline: PipelineOptions;
+  /** Requests per provider batch at most. */
+  maxRequests: number;
+}
+
+export interface BulkSubmitted {
+  parts: BulkPart[];
+  /** Requests the memo answered already (an earlier batch, an earlier run): not sent. */
+  answeredBefore: number;
+}
+
+/** A step's bulk export (activities/<step>/index.ts): the input that shapes its answer, and the request it makes. */
+interface BulkStepModule {
+  bulk: {
+    input(options: PipelineOptions): Record<string, unknown>;
+    request(input: never): ModelRequest<unknown>;
+  };
+}
+
+/** How long a claim on a memo entry lasts while a collected answer is stored (bulk answers need no call). */
+const STORE_LEASE_MS = 60_000;
+
+export function createBulkActivities(deps: BulkDependencies) {
+  const manifests = new ManifestReader(deps.blobs);
+  const parts = (): { api: BatchApi; claims: SqlBulkClaims } => {
+    if (deps.bulk !== undefined) return deps.bulk;
+    throw ApplicationFailure.create({
+      type: FailureType.InvalidInput,
+      nonRetryable: true,
+      message:
+        `bulk mode needs a provider with a batch API, and the workers' model is ${deps.model.info.provider}/` +
+        `${deps.model.info.model}: set MODEL=openai:<model> or MODEL=anthropic:<model> on the workers, or run ` +
+        'without BULK=on',
+    });
+  };
+
+  /** The runs' memo requests in bulk: each document's model steps, as their activities will ask. */
+  const requestsOf = async (input: BulkSubmitInput): Promise<BulkRequestRecord[]> => {
+    const steps = MODEL_STEP_LIST.map((step) => ({
+      name: step.name,
+      input: stepModule(step.name).bulk.input(input.pipeline),
+    }));
+    const records: BulkRequestRecord[] = [];
+    for (let offset = 0; offset < input.total; offset += 500) {
+      const entries: BatchEntry[] = await manifests.range(
+        input.manifestRef,
+        offset,
+        Math.min(500, input.total - offset),
+      );
+      for (const entry of entries) {
+        const workflowId = workflowIdFor(entry.documentId);
+        for (const step of steps) {
+          const requestHash = memoRequestHash({
+            step: step.name,
+            input: { textRef: entry.textRef, ...step.input },
+            model: deps.model.info,
+            promptVersion: deps.model.promptVersion,
+          });
+          const memoKey = memoKeyFor(workflowId, step.name, requestHash);
+          records.push({
+            customId: customIdFor(step.name, memoKey),
+            memoKey,
+            workflowId,
+            step: step.name,
+            requestHash,
+            textRef: entry.textRef,
+            input: step.input,
+          });
+        }
+      }
+      Context.current().heartbeat();
+    }
+    return records;
+  };
+
+  /** The lines of a claim's requests, each text read once. */
+  const linesOf = async (claim: BulkClaim): Promise<BulkLine[]> => {
+    const texts = new Map<string, string>();
+    const lines: BulkLine[] = [];
+    for (const record of claim.requests) {
+      let text = texts.get(record.textRef);
+      if (text === undefined) {
+        text = await deps.texts.read(record.textRef);
+        texts.set(record.textRef, text);
+      }
+      lines.push({ record, request: requestOf(record), text });
+    }
+    return lines;
+  };
+
+  /**
+   * The provider batch of a claim: the one recorded; else the one an interrupted attempt created, found at the
+   * provider; else a new one, recorded at once.
+   */
+  const batchOf = async (claim: BulkClaim, signal: AbortSignal): Promise<BulkPart> => {
+    const { api, claims } = parts();
+    const requests = claim.requests.length;
+    if (claim.providerBatchId !== null) {
+      const state = await api.retrieve(claim.providerBatchId, signal);
+      return { claimKey: claim.claimKey, providerBatchId: state.id, requests, state };
+    }
+    const found = await api.find(
+      claim.claimKey,
+      { claimedAt: claim.claimedAt, requests, taken: await claims.taken(api.provider) },
+      signal,
+    );
+    if (found !== undefined)
+      log.info('Found the provider batch an interrupted attempt created; not creating another', {
+        claimKey: claim.claimKey,
+        providerBatchId: found.id,
+      });
+    const state = found ?? (await api.create(claim.claimKey, await linesOf(claim), signal));
+    const recorded = await claims.record(claim.claimKey, state.id);
+    return { claimKey: claim.claimKey, providerBatchId: recorded, requests, state };
+  };
+
+  return {
+    /**
+     * Submits a round: the requests the memo has no answer for and no claim of the round covers, in provider
+     * batches of at most `maxRequests`, each claimed before it is created. A claim an interrupted attempt left
+     * without a batch is looked up at the provider first. Returns every provider batch of the round.
+     */
+    async bulkSubmit(input: BulkSubmitInput): Promise<BulkSubmitted> {
+      const { api, claims } = parts();
+      return withHeartbeats(async (signal) => {
+        const runId = bulkRunId(input.batchId);
+        const records = await requestsOf(input);
+        const memo = await deps.memo.peek(
+          records.map((r) => r.memoKey),
+          runId,
+        );
+        const existing = await claims.ofBatch(input.batchId, input.round);
+        const claimed = new Set(existing.flatMap((c) => c.requests.map((r) => r.customId)));
+        const pending = records
+          .filter((r) => memo.get(r.memoKey)?.answered !== true && !claimed.has(r.customId))
+          .map((r) => {
+            const hint = memo.get(r.memoKey)?.rejected.at(-1)?.error;
+            return hint === undefined ? r : { ...r, retryHint: hint };
+          });
+        const made: BulkClaim[] = [...existing];
+        for (let i = 0; i < pending.length; i += input.maxRequests) {
+          made.push(
+            await claims.claim({
+              claimKey: `${input.batchId}:r${input.round}:p${made.length}`,
+              batchId: input.batchId,
+              round: input.round,
+              provider: api.provider,
+              requests: pending.slice(i, i + input.maxRequests),
+            }),
+          );
+        }
+        const submitted: BulkPart[] = [];
+        for (const claim of made) submitted.push(await batchOf(claim, signal));
+        const answeredBefore = records.filter((r) => memo.get(r.memoKey)?.answered === true).length;
+        return { parts: submitted, answeredBefore };
+      });
+    },
+
+    /** The provider batch's state now (status and counts). */
+    async bulkPoll(input: { providerBatchId: string }): Promise<ProviderBatchState> {
+      return withHeartbeats((signal) => parts().api.retrieve(input.providerBatchId, signal));
+    },
+
+    /**
+     * Stores an ended provider batch's answers in the memo, each as a paid answer at the batch price; a refused
+     * one is kept with its tokens, for the next round to quote. Done once per claim: a repeat returns the count.
+     */
+    async bulkCollect(input: { claimKey: string }): Promise<BulkCollected> {
+      const { api, claims } = parts();
+      const claim = await claims.get(input.claimKey);
+      if (claim?.providerBatchId == null)
+        throw ApplicationFailure.create({
+          type: FailureType.InvalidInput,
+          nonRetryable: true,
+          message: `the bulk claim ${input.claimKey} has no provider batch to collect`,
+        });
+      if (claim.collected !== null) return claim.collected;
+      const providerBatchId = claim.providerBatchId;
+      return withHeartbeats(async (signal) => {
+        const byId = new Map(claim.requests.map((r) => [r.customId, r]));
+        // The request each answer is read by (its shape, and what the step keeps of it).
+        const readers = new Map(claim.requests.map((r) => [r.customId, requestOf(r)]));
+        const tally = new CollectTally(deps, claim.claimKey);
+        let seen = 0;
+        for await (const outcome of api.results(providerBatchId, readers, signal)) {
+          const record = byId.get(outcome.customId);
+          if (record === undefined) continue;
+          await store(deps, claim, record, outcome);
+          tally.add(outcome);
+          if (++seen % 200 === 0) Context.current().heartbeat();
+        }
+        const collected = tally.result();
+        await claims.collected(claim.claimKey, collected);
+        return collected;
+      });
+    },
+
+    /** Cancels the batch's provider batches that have not ended (its cancellation, `npm run bulk -- cancel`). */
+    async bulkCancel(input: { batchId: string }): Promise<ProviderBatchState[]> {
+      const { api, claims } = parts();
+      return withHeartbeats(async (signal) => {
+        const states: ProviderBatchState[] = [];
+        for (const claim of await claims.ofBatch(input.batchId)) {
+          if (claim.providerBatchId === null || claim.collected !== null) continue;
+          const state = await api.retrieve(claim.providerBatchId, signal);
+          states.push(state.ended ? state : await api.cancel(claim.providerBatchId, signal));
+        }
+        return states;
+      });
+    },
+  };
+}
+
+export type BulkActivities = ReturnType<typeof createBulkActivities>;
+
+/** The run ID bulk mode's memo entries are made under: refused answers are counted per run, as a run's are. */
+export function bulkRunId(batchId: string): string {
+  return `bulk:${batchId}`;
+}
+
+/** Stores one outcome in the memo: an answer completes the entry, a refused one is kept with its tokens. */
+async function store(
+  deps: BulkDependencies,
+  claim: BulkClaim,
+  record: BulkRequestRecord,
+  outcome: BulkOutcome,
+): Promise<void> {
+  if (outcome.kind !== 'answered' && outcome.kind !== 'refused') return;
+  const request: MemoRequest = {
+    memoKey: record.memoKey,
+    workflowId: record.workflowId,
+    runId: bulkRunId(claim.batchId),
+    step: record.step,
+    requestHash: record.requestHash,
+  };
+  const owner = `bulk:${claim.claimKey}`;
+  const found = await deps.memo.claim(request, owner, STORE_LEASE_MS);
+  if (found.kind === 'answered') return;
+  if (outcome.kind === 'answered') {
+    // First answer stored wins: another attempt's, if one stored first (this one is paid all the same).
+    await deps.memo.complete(record.memoKey, {
+      value: outcome.value,
+      usage: outcome.usage,
+      model: deps.model.info,
+      bulkClaim: claim.claimKey,
+    });
+    return;
+  }
+  // A repeat of the collect after a crash keeps the refusal once.
+  if (found.kind === 'owned' && found.rejected.some((r) => r.bulkClaim === claim.claimKey)) {
+    await deps.memo.release(record.memoKey, owner, {});
+    return;
+  }
+  await deps.memo.release(record.memoKey, owner, {
+    rejected: {
+      runId: request.runId,
+      usage: outcome.usage,
+      model: deps.model.info,
+      error: outcome.error,
+      bulkClaim: claim.claimKey,
+    },
+  });
+}
+
+/** Counts and costs of a provider batch's outcomes. */
+class CollectTally {
+  private readonly counts = { answered: 0, refused: 0, errored: 0, expired: 0, canceled: 0 };
+  private inputTokens = 0;
+  private outputTokens = 0;
+  private costUsd: number | null = 0;
+  private listCostUsd: number | null = 0;
+
+  constructor(
+    private readonly deps: BulkDependencies,
+    private readonly claimKey: string,
+  ) {}
+
+  add(outcome: BulkOutcome): void {
+    this.counts[outcome.kind]++;
+    if (outcome.kind === 'answered' || outcome.kind === 'refused') this.paid(outcome.usage);
+  }
+
+  private paid(usage: Usage): void {
+    const prices = this.deps.prices ?? {};
+    const info = this.deps.model.info;
+    this.inputTokens += usage.inputTokens;
+    this.outputTokens += usage.outputTokens;
+    const batch = estimateCost(prices, info, usage, 'batch');
+    const list = estimateCost(prices, info, usage, 'direct');
+    this.costUsd = this.costUsd === null || batch === null ? null : this.costUsd + batch;
+    this.listCostUsd = this.listCostUsd === null || list === null ? null : this.listCostUsd + list;
+  }
+
+  result(): BulkCollected {
+    log.info('Collected a provider batch into the memo', { claimKey: this.claimKey, ...this.counts });
+    return {
+      ...this.counts,
+      inputTokens: this.inputTokens,
+      outputTokens: this.outputTokens,
+      costUsd: this.costUsd,
+      listCostUsd: this.listCostUsd,
+    };
+  }
+}
+
+/** The request a record makes: its step's, from the input the record keeps. */
+function requestOf(record: BulkRequestRecord): ModelRequest<unknown> {
+  return stepModule(record.step).bulk.request(record.input as never);
+}
+
+function stepModule(name: string): BulkStepModule {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the folder the step list names
+  const loaded = require(`./${name}`) as Partial<BulkStepModule>;
+  if (typeof loaded.bulk !== 'function')
+    throw new Error(
+      `activities/${name}/index.ts exports no bulk(options): a model step needs one for bulk mode`,
+    );
+  return loaded as BulkStepModule;
+}
