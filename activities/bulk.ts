@@ -365,9 +365,11 @@ function requestOf(record: BulkRequestRecord): ModelRequest<unknown> {
 function stepModule(name: string): BulkStepModule {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- the folder the step list names
   const loaded = require(`./${name}`) as Partial<BulkStepModule>;
-  if (typeof loaded.bulk !== 'function')
-    throw new Error(
-      `activities/${name}/index.ts exports no bulk(options): a model step needs one for bulk mode`,
-    );
+  if (typeof loaded.bulk?.input !== 'function' || typeof loaded.bulk.request !== 'function')
+    throw ApplicationFailure.create({
+      type: FailureType.InvalidInput,
+      nonRetryable: true,
+      message: `activities/${name}/index.ts exports no bulk { input, request }: a model step needs one for bulk mode`,
+    });
   return loaded as BulkStepModule;
 }

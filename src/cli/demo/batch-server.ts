@@ -15,8 +15,16 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { z } from 'zod';
 import { closeServer, listenOnLoopback } from '../../lib/loopback';
-import { answerBody, demoContent, errorReply, estimateTokens, promptText } from './model-server';
-import type { ChatApi } from './model-server';
+import {
+  answerBody,
+  demoContent,
+  demoModel,
+  errorReply,
+  estimateTokens,
+  promptText,
+  startModelServer,
+} from './model-server';
+import type { ChatApi, ChatRequest, ChatScript } from './model-server';
 
 export type BatchApiName = 'openai' | 'anthropic';
 
@@ -73,6 +81,11 @@ export interface BatchServerOptions {
   afterCreate?: (batch: ServedBatch) => void | Promise<void>;
   /** Called before an ended batch's results are sent (the output file, Anthropic's results). */
   beforeResults?: (batch: ServedBatch) => void | Promise<void>;
+  /**
+   * How the one-by-one APIs under the same base URL answer (chat completions, Messages: what a document's step
+   * calls for a request no batch answered); the demo's model, at once, by default.
+   */
+  direct?: ChatScript;
 }
 
 export interface BatchServer {
@@ -82,6 +95,8 @@ export interface BatchServer {
   calls: BatchCall[];
   /** How many times each custom_id was answered (and so paid), over every batch. */
   paid(): Map<string, number>;
+  /** The one-by-one calls (chat completions, Messages) received, each paid when answered. */
+  direct: ChatRequest[];
   close(): Promise<void>;
 }
 
@@ -286,10 +301,33 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
     };
   };
 
+  // The one-by-one APIs, served by the demo's model server behind this one.
+  const direct = await startModelServer(options.direct ?? demoModel(0));
+  const directOrigin = new URL(direct.baseUrl).origin;
+  const forward = async (
+    req: http.IncomingMessage,
+    body: Buffer,
+    res: http.ServerResponse,
+  ): Promise<void> => {
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(req.headers))
+      if (typeof value === 'string' && name !== 'host' && name !== 'content-length') headers[name] = value;
+    const answer = await fetch(`${directOrigin}${req.url ?? '/'}`, { method: 'POST', headers, body });
+    res.writeHead(answer.status, {
+      'content-type': answer.headers.get('content-type') ?? 'application/json',
+    });
+    res.end(Buffer.from(await answer.arrayBuffer()));
+  };
+
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      const path = (req.url ?? '').split('?')[0];
+      if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/messages')) {
+        forward(req, Buffer.concat(chunks), res).catch(() => res.destroy());
+        return;
+      }
       void route(req, Buffer.concat(chunks))
         .then(({ status, body, api, action, batchId, raw }) => {
           calls.push({ at: Date.now(), api, action, ...(batchId === undefined ? {} : { batchId }), status });
@@ -646,7 +684,11 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
             paid.set(l.customId, (paid.get(l.customId) ?? 0) + 1);
       return paid;
     },
-    close: () => closeServer(server),
+    direct: direct.requests,
+    async close() {
+      await closeServer(server);
+      await direct.close();
+    },
   };
 }
 

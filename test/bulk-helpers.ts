@@ -1,0 +1,134 @@
+/**
+ * Bulk mode's test parts: a folder of real documents, the batch workflow started over it with bulk mode on, and
+ * what the local batch API server (src/cli/demo/batch-server.ts) saw, counted from outside the workers.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import type { Workflow, WorkflowResultType } from '@temporalio/common';
+import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
+import type { BatchInput, BulkSettings } from '../src/batch-contract';
+import type { BatchServer } from '../src/cli/demo/batch-server';
+import { loadConfig, SAMPLES_DIR } from '../src/config';
+import type { BlobStore } from '../src/documents/blobs';
+import { storeDocuments } from '../src/runs/batch-upload';
+import type { batch } from '../workflows';
+import type { Defer } from './scratch';
+import { scratchDir } from './scratch';
+
+const CORPUS = path.resolve(__dirname, 'fixtures', 'corpus', 'rust-book');
+
+/** A fresh folder of `count` real documents (the samples, then the corpus's chapters), each under a new path. */
+export function documentFolder(defer: Defer, count: number): string {
+  const dir = scratchDir(defer, 'bulk-docs-');
+  const sources = [
+    ...fs.readdirSync(SAMPLES_DIR).map((f) => path.join(SAMPLES_DIR, f)),
+    ...fs
+      .readdirSync(CORPUS)
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => path.join(CORPUS, f)),
+  ];
+  if (count > sources.length) throw new Error(`only ${sources.length} documents to copy`);
+  for (const source of sources.slice(0, count))
+    fs.copyFileSync(source, path.join(dir, path.basename(source)));
+  return dir;
+}
+
+/** Stores the folder's documents and starts the batch workflow over them with bulk mode on. */
+export async function startBulkBatch(
+  client: Client,
+  blobs: BlobStore,
+  folder: string,
+  taskQueue: string,
+  bulk: Partial<BulkSettings>,
+): Promise<{ handle: WorkflowHandle<typeof batch>; total: number }> {
+  const config = loadConfig({});
+  const { manifestRef, total } = await storeDocuments(config, blobs, [folder], {
+    concurrency: 4,
+    pageSize: undefined,
+    signal: undefined,
+  });
+  if (manifestRef === undefined) throw new Error('no document was stored');
+  const input: BatchInput = {
+    schemaVersion: BATCH_SCHEMA_VERSION,
+    manifestRef,
+    total,
+    options: {
+      window: 8,
+      bulk: { maxRequests: 50_000, rounds: 2, pollSeconds: 60, pollMaxSeconds: 1800, ...bulk },
+    },
+  };
+  const handle = await client.workflow.start<typeof batch>('batch', {
+    taskQueue,
+    workflowId: batchIdFor(manifestRef),
+    args: [input],
+  });
+  return { handle, total };
+}
+
+/** What the server's logs say: answers paid per custom_id, and each custom_id's batches. */
+export function serverCounts(server: BatchServer): {
+  batches: number;
+  /** custom_ids whose usable answer was paid more than once. */
+  answeredTwice: string[];
+  /** Answers paid (usable or refused) over every batch. */
+  paid: number;
+  /** custom_ids submitted in more than one batch that had not ended. */
+  inTwoLiveBatches: string[];
+} {
+  const answered = new Map<string, number>();
+  let paid = 0;
+  for (const b of server.batches)
+    for (const l of b.lines) {
+      if (l.outcome === 'answered') answered.set(l.customId, (answered.get(l.customId) ?? 0) + 1);
+      if (l.outcome === 'answered' || l.outcome === 'refused') paid++;
+    }
+  // Two batches holding one custom_id overlap in time when the second was made before the first ended.
+  const inTwoLiveBatches = new Set<string>();
+  for (const a of server.batches)
+    for (const b of server.batches) {
+      if (a === b || b.createdAt < a.createdAt || (a.endedAt !== undefined && a.endedAt <= b.createdAt))
+        continue;
+      const ids = new Set(a.lines.map((l) => l.customId));
+      for (const l of b.lines) if (ids.has(l.customId)) inTwoLiveBatches.add(l.customId);
+    }
+  return {
+    batches: server.batches.length,
+    answeredTwice: [...answered].filter(([, n]) => n > 1).map(([id]) => id),
+    paid,
+    inTwoLiveBatches: [...inTwoLiveBatches],
+  };
+}
+
+/**
+ * The workflow's result, or, past `ms`, a failure that says what its pending activities last failed with (a test
+ * never waits without a deadline).
+ */
+export async function resultWithin<W extends Workflow>(
+  handle: WorkflowHandle<W>,
+  ms: number,
+): Promise<WorkflowResultType<W>> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      void handle
+        .describe()
+        .then((d) =>
+          (d.raw.pendingActivities ?? []).map(
+            (a) => `${a.activityType?.name} attempt ${a.attempt}: ${a.lastFailure?.message ?? 'no failure'}`,
+          ),
+        )
+        .catch((err: unknown) => [String(err)])
+        .then((pending) =>
+          reject(
+            new Error(`${handle.workflowId} did not end within ${ms} ms; pending: ${pending.join('; ')}`),
+          ),
+        );
+    }, ms);
+  });
+  try {
+    return await Promise.race([handle.result(), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,109 @@
+/**
+ * Bulk mode on the time-skipping test server: the batch's model requests go to a local server that follows the
+ * providers' batch APIs (src/cli/demo/batch-server.ts), whose answers arrive minutes later, at the third look; the
+ * workflow's timers wait for them in no wall time. The answers land in the memo, and each document's steps take
+ * them from there without a call. Partial errors and refused answers go into a second provider batch; what an
+ * expired batch left goes to the documents' own calls; a cancelled batch cancels its provider batch and keeps
+ * what was paid.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import type { temporal } from '@temporalio/proto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
+import type { BatchServer, BatchServerOptions } from '../src/cli/demo/batch-server';
+import type { PipelineResult } from '../src/contract';
+import { documentFolder, resultWithin, serverCounts, startBulkBatch } from './bulk-helpers';
+import { installQuietRuntime, localParts, pipelineWorker, timeSkippingEnv } from './helpers';
+import type { LocalParts } from './helpers';
+import { cleanupAfterAll, scratchDir } from './scratch';
+
+let env: TestWorkflowEnvironment;
+const defer = cleanupAfterAll();
+
+before(async () => {
+  installQuietRuntime();
+  env = await timeSkippingEnv(defer);
+});
+
+const MODELS = {
+  openai: { MODEL: 'openai:gpt-4o-mini', OPENAI_BASE_URL: '', OPENAI_API_KEY: LOCAL_BATCH_KEY },
+  anthropic: {
+    MODEL: 'anthropic:claude-haiku-4-5',
+    ANTHROPIC_BASE_URL: '',
+    ANTHROPIC_API_KEY: LOCAL_BATCH_KEY,
+  },
+};
+
+/** A batch server, and a worker's parts whose model is `provider` at that server. */
+async function bulkSetup(
+  provider: keyof typeof MODELS,
+  options: BatchServerOptions,
+): Promise<{ server: BatchServer; local: LocalParts }> {
+  const server = await startBatchServer(options);
+  defer(() => server.close());
+  const env: Record<string, string> = { ...MODELS[provider] };
+  env[provider === 'openai' ? 'OPENAI_BASE_URL' : 'ANTHROPIC_BASE_URL'] = server.baseUrl;
+  const local = await localParts({ dir: scratchDir(defer), model: 'configured', env });
+  defer(() => local.close());
+  return { server, local };
+}
+
+/** Each document's run result, read from its own workflow. */
+async function documentResults(workflowIds: string[]): Promise<PipelineResult[]> {
+  return Promise.all(
+    workflowIds.map((id) => env.client.workflow.getHandle(id).result() as Promise<PipelineResult>),
+  );
+}
+
+/** The durations of the timers a history started, in seconds. */
+function timerSeconds(history: temporal.api.history.v1.IHistory): number[] {
+  return (history.events ?? [])
+    .filter((e) => e.timerStartedEventAttributes != null)
+    .map((e) => Number(e.timerStartedEventAttributes?.startToFireTimeout?.seconds ?? 0));
+}
+
+describe('bulk mode on the time-skipping server', () => {
+  it('answers every model step from one provider batch, minutes later, at half the price, with no call of its own', async () => {
+    const { server, local } = await bulkSetup('openai', { completeAtLook: 3 });
+    const folder = documentFolder(defer, 6);
+    const taskQueue = `bulk-${randomUUID()}`;
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const wallStart = Date.now();
+    const { progress, history } = await worker.runUntil(async () => {
+      const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, {});
+      const progress = await resultWithin(handle, 90_000);
+      return { progress, history: await handle.fetchHistory() };
+    });
+    assert.ok(Date.now() - wallStart < 120_000, 'the minutes of waiting took real time');
+    assert.equal(progress.tally.done, 6);
+    assert.equal(progress.tally.failed, 0);
+    // Every model answer came from the memo: none was paid by a document's step.
+    assert.equal(progress.tally.memoised, 12);
+    assert.equal(server.direct.length, 0, 'a document step called the model');
+    const counts = serverCounts(server);
+    assert.equal(counts.batches, 1);
+    assert.equal(server.batches[0]?.lines.length, 12);
+    assert.deepEqual(counts.answeredTwice, []);
+    // The workflow's own timers waited, backing off: 1, 2 and 4 minutes until the third look found it ended.
+    assert.deepEqual(timerSeconds(history), [60, 120, 240]);
+    const bulk = progress.bulk;
+    assert.equal(bulk?.phase, 'done');
+    assert.equal(bulk?.totals.answered, 12);
+    assert.equal(bulk?.batches[0]?.status, 'completed');
+    assert.ok(bulk?.totals.costUsd != null && bulk.totals.listCostUsd != null);
+    assert.ok(Math.abs(bulk.totals.costUsd * 2 - bulk.totals.listCostUsd) < 1e-12, 'batch price is not half');
+    // Each document's steps carry the batch's claim and the one-by-one cost beside their own.
+    const results = await documentResults(progress.handled.map((h) => h.workflowId));
+    assert.equal(results.length, 6);
+    for (const r of results) {
+      for (const step of [r.summary, r.tags]) {
+        assert.ok(step.bulk !== undefined, 'a step result does not say it came from a provider batch');
+        assert.equal(step.memoised, true);
+        assert.ok(Math.abs((step.estimatedCostUsd ?? 0) * 2 - (step.bulk.listCostUsd ?? 0)) < 1e-12);
+      }
+      assert.equal(r.publication?.revision, 1);
+    }
+  });
+});
