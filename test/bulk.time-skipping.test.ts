@@ -106,4 +106,89 @@ describe('bulk mode on the time-skipping server', () => {
       assert.equal(r.publication?.revision, 1);
     }
   });
+
+  it('sends what a round left unanswered (errors, refused answers) in a second provider batch, quoting the refusal, and pays no answer twice', async () => {
+    // The first batch answers lines 0, 5, 10 with an error, and refuses lines 3 and 8 (malformed JSON, or cut off).
+    const { server, local } = await bulkSetup('anthropic', {
+      completeAtLook: 2,
+      fault: ({ batchSeq, index }) =>
+        batchSeq !== 1 ? undefined : index % 5 === 0 ? 'error' : index % 5 === 3 ? 'refuse' : undefined,
+    });
+    const folder = documentFolder(defer, 6);
+    const taskQueue = `bulk-${randomUUID()}`;
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const progress = await worker.runUntil(async () => {
+      const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, { rounds: 2 });
+      return resultWithin(handle, 90_000);
+    });
+    assert.equal(progress.tally.done, 6);
+    assert.equal(progress.tally.memoised, 12);
+    assert.equal(server.direct.length, 0, 'a document step called the model');
+    const [first, second] = server.batches;
+    assert.equal(server.batches.length, 2);
+    const retried = first!.lines.filter((l) => l.outcome !== 'answered').map((l) => l.customId);
+    assert.equal(retried.length, 5);
+    assert.deepEqual(second!.lines.map((l) => l.customId).sort(), [...retried].sort());
+    // A refused answer's retry quotes why it was refused; an errored request goes again as it was.
+    const refusedIds = new Set(first!.lines.filter((l) => l.outcome === 'refused').map((l) => l.customId));
+    for (const line of second!.lines)
+      assert.equal(
+        JSON.stringify(line.body).includes('Your previous answer to this request was refused'),
+        refusedIds.has(line.customId),
+      );
+    const counts = serverCounts(server);
+    assert.deepEqual(counts.answeredTwice, []);
+    assert.deepEqual(counts.inTwoLiveBatches, []);
+    // The refused answers were paid, and count in the cost.
+    assert.equal(progress.bulk?.totals.refused, 2);
+    assert.equal(progress.bulk?.totals.errored, 3);
+    assert.equal(progress.bulk?.totals.answered, 12);
+    assert.equal(counts.paid, 14);
+  });
+
+  it('leaves what an expired batch did not answer to the documents\' own calls, which pay for nothing answered', async () => {
+    // The batch expires with its first 5 of 12 lines answered.
+    const { server, local } = await bulkSetup('anthropic', { completeAtLook: 2, expire: () => 5 });
+    const folder = documentFolder(defer, 6);
+    const taskQueue = `bulk-${randomUUID()}`;
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const progress = await worker.runUntil(async () => {
+      const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, { rounds: 1 });
+      return resultWithin(handle, 90_000);
+    });
+    assert.equal(progress.tally.done, 6);
+    assert.equal(progress.tally.failed, 0);
+    assert.equal(progress.bulk?.totals.answered, 5);
+    assert.equal(progress.bulk?.totals.expired, 7);
+    assert.equal(server.batches[0]?.status, 'ended');
+    // The 7 expired requests were called one by one, and only those: 5 answers reused from the memo.
+    assert.equal(server.direct.length, 7);
+    assert.equal(progress.tally.memoised, 5);
+  });
+
+  it('cancels the provider batch when the batch is cancelled, and keeps what it answered before the cancel', async () => {
+    const { server, local } = await bulkSetup('openai', { completeAtLook: 1_000 });
+    const folder = documentFolder(defer, 4);
+    const taskQueue = `bulk-${randomUUID()}`;
+    const worker = await pipelineWorker(env, taskQueue, local.deps);
+    const memoBefore = await local.memo.count();
+    await worker.runUntil(async () => {
+      const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, {});
+      const deadline = Date.now() + 30_000;
+      while (server.batches.length === 0) {
+        assert.ok(Date.now() < deadline, 'no provider batch was created');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await handle.cancel();
+      await assert.rejects(resultWithin(handle, 90_000), /cancel/i);
+    });
+    const batch = server.batches[0];
+    assert.equal(server.batches.length, 1);
+    assert.equal(batch?.status, 'cancelled');
+    assert.ok(server.calls.some((c) => c.action === 'cancel'));
+    // The provider answered half before the cancel took: those answers are in the memo, paid once.
+    const answered = batch?.lines.filter((l) => l.outcome === 'answered').length ?? 0;
+    assert.equal(answered, 4);
+    assert.equal((await local.memo.count()) - memoBefore, answered);
+  });
 });
