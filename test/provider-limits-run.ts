@@ -50,10 +50,10 @@ function writeDocuments(dir: string, most = Infinity): number {
 }
 
 /** This process's environment without the pipeline's own settings: each run sets the ones it means. */
-function baseEnvironment(): NodeJS.ProcessEnv {
+export function baseEnvironment(): NodeJS.ProcessEnv {
   const kept = { ...process.env };
   const settings =
-    /^(MODEL|OPENAI_|ANTHROPIC_|DATABASE_URL$|DATA_DIR$|TEMPORAL_(ADDRESS|NAMESPACE|TASK_QUEUE|API_KEY|TLS_)|BATCH_WINDOW$|MAX_PROVIDER_ERRORS$|STEP_BUDGET_MINUTES$|METRICS_PORT$|OTEL_|LOG_LEVEL$)/;
+    /^(MODEL|OPENAI_|ANTHROPIC_|DATABASE_URL$|DATA_DIR$|TEMPORAL_(ADDRESS|NAMESPACE|TASK_QUEUE|API_KEY|TLS_)|BATCH_WINDOW$|BULK|MAX_PROVIDER_ERRORS$|STEP_BUDGET_MINUTES$|METRICS_PORT$|OTEL_|LOG_LEVEL$)/;
   for (const name of Object.keys(kept)) if (settings.test(name)) delete kept[name];
   return kept;
 }
@@ -66,7 +66,7 @@ export interface ClientRun {
 }
 
 /** One of the project's commands (`src/cli/<script>.ts`, as `npm run <script>` runs it) to its end, or killed at `deadlineMs`. */
-function runCommand(
+export function runCommand(
   script: string,
   args: readonly string[],
   env: NodeJS.ProcessEnv,

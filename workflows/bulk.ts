@@ -9,13 +9,13 @@ import type { PipelineOptions } from '../src/contract';
 /** Submitting reads the manifest and uploads the requests; collecting reads the results into the memo. */
 const { bulkSubmit, bulkCollect, bulkCancel } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '30 minutes',
-  heartbeatTimeout: '1 minute',
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumInterval: '5 minutes' },
 });
 /** One look at a provider batch: a short call, tried again through the provider's outages. */
 const { bulkPoll } = proxyActivities<PipelineActivities>({
   startToCloseTimeout: '2 minutes',
-  heartbeatTimeout: '1 minute',
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumInterval: '5 minutes' },
 });
 

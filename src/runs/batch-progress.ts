@@ -1,5 +1,5 @@
 import { MultiBar, Presets } from 'cli-progress';
-import type { BatchFailure, BatchProgress } from '../batch-contract';
+import type { BatchFailure, BatchProgress, BulkProgress } from '../batch-contract';
 
 /** Where progress goes: a stream that may be a terminal, and the line printer everything else uses. */
 export interface ProgressOutput {
@@ -25,6 +25,7 @@ export class BatchProgressDisplay {
   private lastTenth = -1;
   private readonly heldShown = new Map<string, string>();
   private readonly budgetShown = new Map<string, string>();
+  private bulkShown = '';
 
   constructor(
     private readonly total: number,
@@ -81,6 +82,12 @@ export class BatchProgressDisplay {
           `npm run budget -- raise ${b.budgetId} --usd <new total> (the run waits, then finishes)`,
       );
     }
+    // Bulk mode's provider batches: a line each time their state changes.
+    const bulk = bulkLine(progress.bulk);
+    if (bulk !== undefined && bulk.key !== this.bulkShown) {
+      this.bulkShown = bulk.key;
+      this.log(bulk.line);
+    }
     const ended = progress.tally.done + progress.tally.failed;
     const seconds = (Date.now() - this.startedAt) / 1000;
     const rate = seconds > 0 ? ended / seconds : 0;
@@ -102,4 +109,22 @@ export class BatchProgressDisplay {
   stop(): void {
     this.multibar?.stop();
   }
+}
+
+/** Bulk mode's state in a line (the key leaves out the next look's time, so a line is printed on a change only). */
+export function bulkLine(bulk: BulkProgress | undefined): { key: string; line: string } | undefined {
+  if (bulk === undefined) return undefined;
+  const batches = bulk.batches
+    .filter((b) => b.round === bulk.round)
+    .map(
+      (b) =>
+        `${b.providerBatchId} ${b.status}, ${b.succeeded} of ${b.total} answered${b.errored > 0 ? `, ${b.errored} not` : ''}`,
+    );
+  const key = `${bulk.phase} ${bulk.round} ${batches.join('; ')}`;
+  const next =
+    bulk.nextPollAt === undefined ? '' : `; next look at ${new Date(bulk.nextPollAt).toISOString()}`;
+  return {
+    key,
+    line: `BULK ${bulk.phase}, round ${bulk.round}${batches.length > 0 ? `: ${batches.join('; ')}` : ''}${next}`,
+  };
 }

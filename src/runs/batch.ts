@@ -14,6 +14,7 @@ import { storeDocuments } from './batch-upload';
 import { ClientCalls } from './calls';
 import {
   budgetLines,
+  bulkLines,
   exitCodeOf,
   failedOutcome,
   heldLines,
@@ -238,6 +239,7 @@ async function runBatch(
     for (const line of budgetLines(overBudget)) print(line);
     for (const line of reviewLines(awaitingReview)) print(line);
   }
+  for (const line of bulkLines(final.bulk)) print(line);
   // Spent against the budget, from the store every worker settles its calls in.
   if (budget !== undefined && options.pacing !== undefined) {
     const status = await options.pacing.budget(budget.id).catch(() => undefined);

@@ -36,6 +36,8 @@ export interface StepReport {
   rejectedUsage: Usage | undefined;
   /** Model steps: estimated cost in US dollars; null when the model has no price. */
   estimatedCostUsd: number | null | undefined;
+  /** Model steps answered by a provider batch (bulk mode): its claim, and the cost one call would have had. */
+  bulk?: { claim: string; listCostUsd: number | null } | undefined;
 }
 
 export interface RecoveryReport {
@@ -51,6 +53,7 @@ const ResultFlagsSchema = z.object({
   usage: UsageSchema.optional(),
   rejectedUsage: UsageSchema.optional(),
   estimatedCostUsd: z.number().nullable().optional(),
+  bulk: z.object({ claim: z.string(), listCostUsd: z.number().nullable() }).optional(),
 });
 
 /**
@@ -115,6 +118,7 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
         report.usage = flags.data.usage;
         report.rejectedUsage = flags.data.rejectedUsage;
         report.estimatedCostUsd = flags.data.estimatedCostUsd;
+        if (flags.data.bulk !== undefined) report.bulk = flags.data.bulk;
         report.idempotencyKey = flags.data.idempotencyKey ?? report.idempotencyKey;
       }
       continue;

@@ -47,7 +47,13 @@ export function formatReport(
     if (step.usage !== undefined) {
       lines.push(
         `  model usage:  ${step.usage.inputTokens} tokens in${cachedNote(step.usage)}, ${step.usage.outputTokens} out, ` +
-          `${formatCost(step.estimatedCostUsd)}${step.memoised ? ' (paid once, by the attempt that got the answer)' : ''}`,
+          `${formatCost(step.estimatedCostUsd)}${
+            step.bulk !== undefined
+              ? ` at the batch price (provider batch ${step.bulk.claim}; one by one ${formatCost(step.bulk.listCostUsd)})`
+              : step.memoised
+                ? ' (paid once, by the attempt that got the answer)'
+                : ''
+          }`,
       );
     }
   }
@@ -56,10 +62,21 @@ export function formatReport(
   );
   if (priced.length > 0) {
     const total = totalUsage(priced);
+    // What the same answers cost one call each: a bulk step's list cost, the others' own.
+    const oneByOne = totalUsage(
+      report.steps.flatMap(({ usage, estimatedCostUsd, bulk }) =>
+        usage !== undefined
+          ? [{ usage, estimatedCostUsd: bulk === undefined ? estimatedCostUsd : bulk.listCostUsd }]
+          : [],
+      ),
+    );
+    const bulk = report.steps.some((s) => s.bulk !== undefined)
+      ? `; one by one the same answers would have cost ${formatCost(oneByOne.costUsd)}`
+      : '';
     lines.push('');
     lines.push(
       `Model usage of the run: ${total.inputTokens} tokens in${cachedNote(total)}, ${total.outputTokens} out, ` +
-        `${formatCost(total.costUsd)} (each step's answer counted once)`,
+        `${formatCost(total.costUsd)} (each step's answer counted once)${bulk}`,
     );
   }
   return lines;

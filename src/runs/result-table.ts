@@ -4,6 +4,7 @@ import { modelName } from '../../activities/step-definition';
 import type { StepDefinition } from '../../activities/step-definition';
 import { modelStepResults } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
+import type { BulkProgress } from '../batch-steps';
 import { formatCost, formatTokens, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
@@ -339,4 +340,38 @@ type UsageOfStep = Pick<ModelStepFields, 'usage' | 'rejectedUsage' | 'estimatedC
 export function describeUsage(steps: readonly UsageOfStep[]): string {
   const total = totalUsage(steps);
   return `${formatTokens(total)}, ${formatCost(total.costUsd)}`;
+}
+
+/**
+ * What bulk mode's provider batches came to, after the table: each batch and its state, what the answers cost at
+ * the batch price, and what the same answers would have cost one call each. None without bulk mode.
+ */
+export function bulkLines(bulk: BulkProgress | undefined): string[] {
+  if (bulk === undefined) return [];
+  const { totals } = bulk;
+  const batches = bulk.batches.map(
+    (b) => `${b.providerBatchId} ${b.status} (round ${b.round}: ${b.succeeded} of ${b.total} answered)`,
+  );
+  const left = [
+    totals.refused > 0 ? `${totals.refused} refused (paid, sent again)` : '',
+    totals.errored > 0 ? `${totals.errored} errored` : '',
+    totals.expired > 0 ? `${totals.expired} expired` : '',
+    totals.canceled > 0 ? `${totals.canceled} cancelled` : '',
+  ].filter((n) => n !== '');
+  const saved =
+    totals.costUsd !== null && totals.listCostUsd !== null
+      ? ` (saved ${formatCost(totals.listCostUsd - totals.costUsd)})`
+      : '';
+  return [
+    `Bulk: ${bulk.batches.length} provider batch(es)${batches.length > 0 ? `: ${batches.join('; ')}` : ''}` +
+      `${bulk.phase === 'cancelled' ? ', cancelled' : ''}.`,
+    `Bulk: ${totals.answered} answer(s) bought at the batch price, ${formatCost(totals.costUsd)}; one by one they ` +
+      `would have cost ${formatCost(totals.listCostUsd)}${saved}.` +
+      (left.length > 0
+        ? ` Not answered by a batch: ${left.join(', ')}; the documents' own steps call for what is still missing.`
+        : '') +
+      (bulk.answeredBefore > 0
+        ? ` ${bulk.answeredBefore} answer(s) were in the memo already, not sent.`
+        : ''),
+  ];
 }

@@ -39,7 +39,9 @@ export function describeStep(step: StepReport): string {
     case 'skipped on resume':
       return 'done earlier, skipped on resume';
     case 'memoised':
-      return `reused memoised answer (attempt ${step.attempts})`;
+      return step.bulk !== undefined
+        ? 'answered by a provider batch (bulk)'
+        : `reused memoised answer (attempt ${step.attempts})`;
     case 'rerun':
       return `rerun, attempt ${step.attempts}`;
     case 'once':

@@ -71,6 +71,8 @@ export interface BatchServerOptions {
   completeAfterMs?: number;
   /** ...or at this look at it (retrieve, list or results), counting from 1; takes precedence when set. */
   completeAtLook?: number;
+  /** ...or once this says so (a test that holds a batch open while it kills and restarts things). */
+  completeWhen?: (batch: ServedBatch) => boolean;
   /** A fault for one request line: its batch's sequence number (from 1) and its index in the batch. */
   fault?: (line: { customId: string; batchSeq: number; index: number }) => LineFault;
   /** A batch that expires instead of completing: how many of its lines were answered before it did. */
@@ -122,9 +124,11 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
       return;
     }
     const due =
-      options.completeAtLook !== undefined
-        ? batch.looks >= options.completeAtLook
-        : Date.now() - batch.createdAt >= (options.completeAfterMs ?? 0);
+      options.completeWhen !== undefined
+        ? options.completeWhen(batch)
+        : options.completeAtLook !== undefined
+          ? batch.looks >= options.completeAtLook
+          : Date.now() - batch.createdAt >= (options.completeAfterMs ?? 0);
     if (batch.api === 'openai' && batch.status === 'validating') batch.status = 'in_progress';
     if (!due) return;
     const expiredAfter = options.expire?.(batch.seq, batch.lines.length);
