@@ -143,7 +143,8 @@ describe('bulk mode through crashes', () => {
 
       const client = await first;
       // Whether the first client lived through the restart or not, submitting again attaches and reports.
-      const again = client.code === 0 ? client : await runCommand('pipeline', ['--bulk', folder], env, 300_000, defer);
+      const again =
+        client.code === 0 ? client : await runCommand('pipeline', ['--bulk', folder], env, 300_000, defer);
       assert.equal(again.code, 0, again.output);
       assert.match(again.output, new RegExp(`${documents} of ${documents} document\\(s\\) published`));
       assert.match(again.output, /Bulk: 1 provider batch\(es\)/);

@@ -111,19 +111,9 @@ export async function resultWithin<W extends Workflow>(
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      void handle
-        .describe()
-        .then((d) =>
-          (d.raw.pendingActivities ?? []).map(
-            (a) => `${a.activityType?.name} attempt ${a.attempt}: ${a.lastFailure?.message ?? 'no failure'}`,
-          ),
-        )
-        .catch((err: unknown) => [String(err)])
-        .then((pending) =>
-          reject(
-            new Error(`${handle.workflowId} did not end within ${ms} ms; pending: ${pending.join('; ')}`),
-          ),
-        );
+      void stuckAt(handle)
+        .catch((err: unknown) => String(err))
+        .then((where) => reject(new Error(`${handle.workflowId} did not end within ${ms} ms: ${where}`)));
     }, ms);
   });
   try {
@@ -131,4 +121,20 @@ export async function resultWithin<W extends Workflow>(
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Where a workflow stands: its pending activities, and its open children's (a stuck test says so). */
+async function stuckAt(handle: WorkflowHandle): Promise<string> {
+  const pendingOf = async (h: WorkflowHandle): Promise<string> => {
+    const d = await h.describe();
+    const activities = (d.raw.pendingActivities ?? []).map(
+      (a) => `${a.activityType?.name} attempt ${a.attempt}: ${a.lastFailure?.message ?? 'no failure'}`,
+    );
+    return `${h.workflowId} ${d.status.name} [${activities.join('; ')}]`;
+  };
+  const lines = [await pendingOf(handle)];
+  const d = await handle.describe();
+  for (const child of (d.raw.pendingChildren ?? []).slice(0, 3))
+    lines.push(await pendingOf(handle.client.getHandle(child.workflowId ?? '')));
+  return lines.join(' | ');
 }

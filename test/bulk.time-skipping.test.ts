@@ -146,7 +146,7 @@ describe('bulk mode on the time-skipping server', () => {
     assert.equal(counts.paid, 14);
   });
 
-  it('leaves what an expired batch did not answer to the documents\' own calls, which pay for nothing answered', async () => {
+  it("leaves what an expired batch did not answer to the documents' own calls, which pay for nothing answered", async () => {
     // The batch expires with its first 5 of 12 lines answered.
     const { server, local } = await bulkSetup('anthropic', { completeAtLook: 2, expire: () => 5 });
     const folder = documentFolder(defer, 6);
