@@ -24,6 +24,7 @@ import { memoKeyFor, memoRequestHash } from '../src/model/memo';
 import type { AnswerMemo, MemoRequest } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import type { PriceTable } from '../src/model/pricing';
+import type { BudgetRef } from '../src/model/rate-limit-store';
 import type { DocumentModel, ModelRequest } from '../src/model/types';
 import { withHeartbeats } from './heartbeat';
 import { MODEL_STEP_LIST } from './steps';
@@ -217,9 +218,10 @@ export function createBulkActivities(deps: BulkDependencies) {
 
     /**
      * Stores an ended provider batch's answers in the memo, each as a paid answer at the batch price; a refused
-     * one is kept with its tokens, for the next round to quote. Done once per claim: a repeat returns the count.
+     * one is kept with its tokens, for the next round to quote; what it cost is charged to the batch's budget.
+     * Done once per claim: a repeat returns the count.
      */
-    async bulkCollect(input: { claimKey: string }): Promise<BulkCollected> {
+    async bulkCollect(input: { claimKey: string; budget?: BudgetRef | undefined }): Promise<BulkCollected> {
       const { api, claims } = parts();
       const claim = await claims.get(input.claimKey);
       if (claim?.providerBatchId == null)
@@ -244,7 +246,8 @@ export function createBulkActivities(deps: BulkDependencies) {
           if (++seen % 200 === 0) Context.current().heartbeat();
         }
         const collected = tally.result();
-        await claims.collected(claim.claimKey, collected);
+        // What the batch cost counts against the batch's budget, as each call one by one does.
+        await claims.collected(claim.claimKey, collected, input.budget);
         return collected;
       });
     },

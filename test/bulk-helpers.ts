@@ -41,6 +41,7 @@ export async function startBulkBatch(
   folder: string,
   taskQueue: string,
   bulk: Partial<BulkSettings>,
+  budget?: { id: string; usd?: number; tokens?: number },
 ): Promise<{ handle: WorkflowHandle<typeof batch>; total: number }> {
   const config = loadConfig({});
   const { manifestRef, total } = await storeDocuments(config, blobs, [folder], {
@@ -56,6 +57,7 @@ export async function startBulkBatch(
     options: {
       window: 8,
       bulk: { maxRequests: 50_000, rounds: 2, pollSeconds: 60, pollMaxSeconds: 1800, ...bulk },
+      ...(budget === undefined ? {} : { budget }),
     },
   };
   const handle = await client.workflow.start<typeof batch>('batch', {

@@ -71,8 +71,16 @@ describe('bulk mode on the time-skipping server', () => {
     const taskQueue = `bulk-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
     const wallStart = Date.now();
+    const budgetId = `bulk-budget-${randomUUID()}`;
     const { progress, history } = await worker.runUntil(async () => {
-      const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, {});
+      const { handle } = await startBulkBatch(
+        env.client,
+        local.blobs,
+        folder,
+        taskQueue,
+        {},
+        { id: budgetId, usd: 5 },
+      );
       const progress = await resultWithin(handle, 90_000);
       return { progress, history: await handle.fetchHistory() };
     });
@@ -94,6 +102,13 @@ describe('bulk mode on the time-skipping server', () => {
     assert.equal(bulk?.batches[0]?.status, 'completed');
     assert.ok(bulk?.totals.costUsd != null && bulk.totals.listCostUsd != null);
     assert.ok(Math.abs(bulk.totals.costUsd * 2 - bulk.totals.listCostUsd) < 1e-12, 'batch price is not half');
+    // What the provider batch cost was charged to the batch's budget, once.
+    const budget = await local.rateLimits.budget(budgetId);
+    assert.ok(
+      Math.abs((budget?.spentUsd ?? 0) - bulk.totals.costUsd) < 1e-12,
+      `budget spent ${budget?.spentUsd}`,
+    );
+    assert.equal(budget?.spentTokens, bulk.totals.inputTokens + bulk.totals.outputTokens);
     // Each document's steps carry the batch's claim and the one-by-one cost beside their own.
     const results = await documentResults(progress.handled.map((h) => h.workflowId));
     assert.equal(results.length, 6);

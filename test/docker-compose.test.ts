@@ -320,6 +320,12 @@ describe('docker-compose.yml', () => {
       'REVIEW_ON_TIMEOUT',
       'REVIEWER',
       'REVIEW_PAGE_TOKEN',
+      // Bulk mode is asked for by the submitting client, with its settings, in the batch's input.
+      'BULK',
+      'BULK_MAX_REQUESTS',
+      'BULK_ROUNDS',
+      'BULK_POLL_SECONDS',
+      'BULK_POLL_MAX_SECONDS',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));

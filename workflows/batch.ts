@@ -133,6 +133,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
         total,
         pipeline: options.pipeline,
         settings: options.bulk,
+        budget: options.budget,
       },
       bulk,
     );

@@ -5,6 +5,7 @@ import { addBulkTotals, emptyBulkTotals } from '../src/batch-steps';
 import type { BulkBatchView, BulkProgress } from '../src/batch-steps';
 import type { BulkSettings } from '../src/batch-contract';
 import type { PipelineOptions } from '../src/contract';
+import type { BudgetRef } from '../src/model/rate-limit-store';
 
 /** Submitting reads the manifest and uploads the requests; collecting reads the results into the memo. */
 const { bulkSubmit, bulkCollect, bulkCancel } = proxyActivities<PipelineActivities>({
@@ -28,6 +29,8 @@ export interface BulkPhaseInput {
   total: number;
   pipeline: PipelineOptions;
   settings: BulkSettings;
+  /** The batch's budget: what its provider batches cost is charged to it, before the documents' own calls. */
+  budget?: BudgetRef | undefined;
 }
 
 export function newBulkProgress(): BulkProgress {
@@ -66,7 +69,7 @@ export async function runBulkPhase(input: BulkPhaseInput, progress: BulkProgress
       progress.phase = 'waiting';
       await waitForEnd(progress, round, live, settings);
       progress.phase = 'collecting';
-      const unanswered = await collect(progress, live);
+      const unanswered = await collect(progress, live, input.budget);
       live = [];
       if (unanswered === 0) break;
     }
@@ -86,6 +89,7 @@ export async function runBulkPhase(input: BulkPhaseInput, progress: BulkProgress
       await collect(
         progress,
         live.filter((p) => p.state.ended),
+        input.budget,
       );
     });
     throw err;
@@ -118,10 +122,17 @@ async function poll(progress: BulkProgress, round: number, live: BulkPart[]): Pr
 }
 
 /** Collects each ended provider batch into the memo; returns the requests left without an answer. */
-async function collect(progress: BulkProgress, ended: BulkPart[]): Promise<number> {
+async function collect(
+  progress: BulkProgress,
+  ended: BulkPart[],
+  budget: BudgetRef | undefined,
+): Promise<number> {
   let unanswered = 0;
   for (const part of ended) {
-    const collected = await bulkCollect({ claimKey: part.claimKey });
+    const collected = await bulkCollect({
+      claimKey: part.claimKey,
+      ...(budget === undefined ? {} : { budget }),
+    });
     addBulkTotals(progress.totals, collected);
     unanswered += collected.refused + collected.errored + collected.expired + collected.canceled;
   }

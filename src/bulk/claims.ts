@@ -1,4 +1,6 @@
+import { sql } from 'kysely';
 import { z } from 'zod';
+import type { BudgetRef } from '../model/rate-limit-store';
 import { dateOf, jsonOf, safeToRepeat } from '../store/sql';
 import type { Sql } from '../store/sql';
 import type { BulkRequestRecord } from './types';
@@ -101,15 +103,30 @@ export class SqlBulkClaims {
     return stored.providerBatchId;
   }
 
-  async collected(claimKey: string, collected: BulkCollected): Promise<void> {
-    await this.db.run(
-      safeToRepeat(
-        this.db.build
+  /**
+   * Marks the claim collected, and charges what its batch cost to `budget` (the batch's, when it has one) in the
+   * same transaction, once: a repeat after a crash finds it collected and charges nothing.
+   */
+  async collected(claimKey: string, collected: BulkCollected, budget?: BudgetRef): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const marked = await tx.run(
+        tx.build
           .updateTable('bulk_claims')
-          .set({ collected: JSON.stringify(collected), updated_at: this.db.now() })
-          .where('claim_key', '=', claimKey),
-      ),
-    );
+          .set({ collected: JSON.stringify(collected), updated_at: tx.now() })
+          .where('claim_key', '=', claimKey)
+          .where('collected', 'is', null),
+      );
+      if (marked !== 1 || budget === undefined) return;
+      await tx.run(
+        sql`INSERT INTO model_budgets (budget_id, limit_tokens, limit_usd, created_at, updated_at)
+          VALUES (${budget.id}, ${budget.tokens ?? null}, ${budget.usd ?? null}, ${tx.now()}, ${tx.now()})
+          ON CONFLICT (budget_id) DO NOTHING`,
+      );
+      await tx.run(
+        sql`UPDATE model_budgets SET spent_tokens = spent_tokens + ${collected.inputTokens + collected.outputTokens},
+          spent_usd = spent_usd + ${collected.costUsd ?? 0}, updated_at = ${tx.now()} WHERE budget_id = ${budget.id}`,
+      );
+    });
   }
 
   async get(claimKey: string): Promise<BulkClaim | undefined> {
