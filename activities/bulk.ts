@@ -156,7 +156,11 @@ export function createBulkActivities(deps: BulkDependencies) {
     }
     const found = await api.find(
       claim.claimKey,
-      { claimedAt: claim.claimedAt, requests, taken: await claims.taken(api.provider) },
+      {
+        claimedAt: claim.claimedAt,
+        customIds: new Set(claim.requests.map((r) => r.customId)),
+        taken: await claims.taken(api.provider),
+      },
       signal,
     );
     if (found !== undefined)

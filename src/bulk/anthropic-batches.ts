@@ -4,7 +4,9 @@ import type {
   MessageBatchIndividualResponse,
 } from '@anthropic-ai/sdk/resources/messages/batches';
 import type { Message, MessageCreateParamsNonStreaming } from '@anthropic-ai/sdk/resources/messages/messages';
+import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
+import { FailureType } from '../contract';
 import type { Usage } from '../contract';
 import type { RemoteModelSettings } from '../model/choose';
 import { documentBlock, SYSTEM, taskOf } from '../model/prompt-frame';
@@ -21,7 +23,7 @@ const CLOCK_SKEW_MS = 10 * 60_000;
  * the Messages API's parameters), and the results come back as JSON lines once the batch has ended, matched by
  * custom_id. A message batch carries no mark of the caller's, so an interrupted attempt's batch is found by what
  * it is: created after the claim (less the clocks' skew) with the claim's number of requests, and owned by no
- * other claim (docs/bulk.md says what this means when such batches are made at the same moment).
+ * other claim; where several fit, the one whose results hold the claim's custom_ids, once they have ended.
  */
 export class AnthropicBatches implements BatchApi {
   readonly provider = 'anthropic';
@@ -49,19 +51,43 @@ export class AnthropicBatches implements BatchApi {
 
   async find(
     _claimKey: string,
-    claim: { claimedAt: Date; requests: number; taken: ReadonlySet<string> },
+    claim: { claimedAt: Date; customIds: ReadonlySet<string>; taken: ReadonlySet<string> },
     signal: AbortSignal,
   ): Promise<ProviderBatchState | undefined> {
     const oldest = claim.claimedAt.getTime() - CLOCK_SKEW_MS;
-    return this.call(async () => {
-      let found: MessageBatch | undefined;
-      // Newest first: the last match before the listing passes the claim's time is the earliest made after it.
+    const candidates = await this.call(async () => {
+      const found: MessageBatch[] = [];
+      // Newest first: the listing stops at the first batch made before the claim (less the clocks' skew).
       for await (const batch of this.client.messages.batches.list({ limit: 100 }, { signal })) {
         if (Date.parse(batch.created_at) < oldest) break;
-        if (totalOf(batch) === claim.requests && !claim.taken.has(batch.id)) found = batch;
+        if (totalOf(batch) === claim.customIds.size && !claim.taken.has(batch.id)) found.push(batch);
       }
-      return found === undefined ? undefined : stateOf(found);
+      return found;
     });
+    if (candidates.length <= 1) return candidates[0] === undefined ? undefined : stateOf(candidates[0]);
+    // Several fit (claims of the same size made in the same minutes): which one is this claim's is told by the
+    // custom_ids of its results, which can be read once a batch has ended.
+    for (const batch of candidates) {
+      if (batch.processing_status !== 'ended') continue;
+      const first = await this.firstCustomId(batch.id, signal);
+      if (first !== undefined && claim.customIds.has(first)) return stateOf(batch);
+    }
+    if (candidates.some((b) => b.processing_status !== 'ended'))
+      throw ApplicationFailure.create({
+        type: FailureType.TransientModelError,
+        message:
+          `${candidates.length} message batches fit this claim (made since it, of its ${claim.customIds.size} ` +
+          'requests); the one that is its own is known by its results once it ends: looking again later',
+        nextRetryDelay: '1 minute',
+      });
+    return undefined;
+  }
+
+  /** The custom_id of an ended batch's first result. */
+  private async firstCustomId(batchId: string, signal: AbortSignal): Promise<string | undefined> {
+    const lines = await this.call(() => this.client.messages.batches.results(batchId, {}, { signal }));
+    for await (const line of lines as AsyncIterable<MessageBatchIndividualResponse>) return line.custom_id;
+    return undefined;
   }
 
   async retrieve(batchId: string, signal: AbortSignal): Promise<ProviderBatchState> {

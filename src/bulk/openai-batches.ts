@@ -77,7 +77,7 @@ export class OpenAiBatches implements BatchApi {
 
   async find(
     claimKey: string,
-    claim: { claimedAt: Date; taken: ReadonlySet<string> },
+    claim: { claimedAt: Date; customIds: ReadonlySet<string>; taken: ReadonlySet<string> },
     signal: AbortSignal,
   ): Promise<ProviderBatchState | undefined> {
     const oldest = claim.claimedAt.getTime() / 1000 - CLOCK_SKEW_S;

@@ -61,12 +61,12 @@ export interface BatchApi {
   /** Creates a provider batch of `lines`, marked with `claimKey` where the provider keeps a mark. */
   create(claimKey: string, lines: readonly BulkLine[], signal: AbortSignal): Promise<ProviderBatchState>;
   /**
-   * The batch an interrupted attempt may have created for `claimKey` (claimed at `claimedAt`, of `requests`
-   * lines), if the provider shows one; `taken` are the batches other claims already own.
+   * The batch an interrupted attempt may have created for `claimKey` (claimed at `claimedAt`, for the requests
+   * `customIds`), if the provider shows one; `taken` are the batches other claims already own.
    */
   find(
     claimKey: string,
-    claim: { claimedAt: Date; requests: number; taken: ReadonlySet<string> },
+    claim: { claimedAt: Date; customIds: ReadonlySet<string>; taken: ReadonlySet<string> },
     signal: AbortSignal,
   ): Promise<ProviderBatchState | undefined>;
   retrieve(batchId: string, signal: AbortSignal): Promise<ProviderBatchState>;

@@ -1,0 +1,179 @@
+/**
+ * The providers' batch APIs as bulk mode speaks them (src/bulk/openai-batches.ts, anthropic-batches.ts), through
+ * the official clients, against the local server that follows each API's documentation: an interrupted attempt's
+ * batch found again (OpenAI by the claim in its metadata; Anthropic, which keeps no mark, by its time, size and
+ * results), and refusals of the request that fail at once saying what to fix.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { ApplicationFailure } from '@temporalio/common';
+import { summarizeRequest } from '../activities/summarize/prompt';
+import { tagRequest } from '../activities/tag/prompt';
+import { AnthropicBatches } from '../src/bulk/anthropic-batches';
+import { OpenAiBatches } from '../src/bulk/openai-batches';
+import type { BatchApi, BulkLine } from '../src/bulk/types';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
+import type { BatchServer } from '../src/cli/demo/batch-server';
+import { remoteModel } from '../src/model/choose';
+import { findProvider } from '../src/model/providers';
+import { SAMPLE_TEXT } from './helpers';
+import { cleanupAfterAll } from './scratch';
+
+const defer = cleanupAfterAll();
+let server: BatchServer;
+let release = false;
+
+before(async () => {
+  server = await startBatchServer({ completeWhen: () => release });
+  defer(() => server.close());
+});
+
+function api(provider: 'openai' | 'anthropic', apiKey = LOCAL_BATCH_KEY): BatchApi {
+  const settings = remoteModel(findProvider(provider)!, {
+    model: provider === 'openai' ? 'gpt-4o-mini' : 'claude-haiku-4-5',
+    baseUrl: server.baseUrl,
+    apiKey,
+  });
+  return provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+}
+
+function lines(prefix: string, n: number): BulkLine[] {
+  return Array.from({ length: n }, (_, i) => ({
+    record: {
+      customId: `${prefix}-${i}`,
+      memoKey: `m-${prefix}-${i}`,
+      workflowId: 'w',
+      step: i % 2 === 0 ? 'summarize' : 'tag',
+      requestHash: 'h',
+      textRef: 't',
+      input: {},
+    },
+    request: i % 2 === 0 ? summarizeRequest(2) : tagRequest(3),
+    text: SAMPLE_TEXT,
+  }));
+}
+
+const ids = (ls: BulkLine[]): Set<string> => new Set(ls.map((l) => l.record.customId));
+const signal = new AbortController().signal;
+
+describe("the providers' batch APIs", () => {
+  it('finds the OpenAI batch an interrupted attempt created by the claim in its metadata, and no other', async () => {
+    release = false;
+    const openai = api('openai');
+    const claimedAt = new Date();
+    const a = await openai.create('claim-a', lines('a', 4), signal);
+    const b = await openai.create('claim-b', lines('b', 4), signal);
+    const none = new Set<string>();
+    assert.equal(
+      (await openai.find('claim-a', { claimedAt, customIds: ids(lines('a', 4)), taken: none }, signal))?.id,
+      a.id,
+    );
+    assert.equal(
+      (await openai.find('claim-b', { claimedAt, customIds: ids(lines('b', 4)), taken: none }, signal))?.id,
+      b.id,
+    );
+    assert.equal(
+      await openai.find('claim-c', { claimedAt, customIds: ids(lines('c', 4)), taken: none }, signal),
+      undefined,
+    );
+    // A batch made long before the claim is not looked at (the listing stops there).
+    const later = new Date(Date.now() + 3_600_000);
+    assert.equal(
+      await openai.find('claim-a', { claimedAt: later, customIds: ids(lines('a', 4)), taken: none }, signal),
+      undefined,
+    );
+  });
+
+  it('finds the Anthropic batch of a claim by its time and size, and where several fit, by the custom_ids of their results', async () => {
+    release = false;
+    const anthropic = api('anthropic');
+    const claimedAt = new Date();
+    const none = new Set<string>();
+    const x = await anthropic.create('claim-x', lines('x', 6), signal);
+    // One fits: it is adopted.
+    assert.equal(
+      (await anthropic.find('claim-x', { claimedAt, customIds: ids(lines('x', 6)), taken: none }, signal))
+        ?.id,
+      x.id,
+    );
+    // Another of the same size: two fit, neither has ended, so which is whose is not known yet: try again later.
+    const y = await anthropic.create('claim-y', lines('y', 6), signal);
+    await assert.rejects(
+      anthropic.find('claim-y', { claimedAt, customIds: ids(lines('y', 6)), taken: none }, signal),
+      (err) =>
+        err instanceof ApplicationFailure && !err.nonRetryable && /looking again later/.test(err.message),
+    );
+    // Owned by another claim, a batch is not a candidate.
+    assert.equal(
+      (
+        await anthropic.find(
+          'claim-y',
+          { claimedAt, customIds: ids(lines('y', 6)), taken: new Set([x.id]) },
+          signal,
+        )
+      )?.id,
+      y.id,
+    );
+    // Once they have ended, the results tell.
+    release = true;
+    await anthropic.retrieve(x.id, signal);
+    await anthropic.retrieve(y.id, signal);
+    assert.equal(
+      (await anthropic.find('claim-y', { claimedAt, customIds: ids(lines('y', 6)), taken: none }, signal))
+        ?.id,
+      y.id,
+    );
+    assert.equal(
+      (await anthropic.find('claim-x', { claimedAt, customIds: ids(lines('x', 6)), taken: none }, signal))
+        ?.id,
+      x.id,
+    );
+    assert.equal(
+      await anthropic.find('claim-z', { claimedAt, customIds: ids(lines('z', 6)), taken: none }, signal),
+      undefined,
+    );
+  });
+
+  for (const provider of ['openai', 'anthropic'] as const) {
+    it(`fails at once, naming the key to check, when ${provider} refuses the key`, async () => {
+      await assert.rejects(
+        api(provider, 'wrong-key').create('claim-k', lines('k', 2), signal),
+        (err) =>
+          err instanceof ApplicationFailure &&
+          err.nonRetryable &&
+          err.message.includes(provider === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
+      );
+    });
+  }
+
+  it("reads answers, refusals and errors of an ended batch in the step's shape", async () => {
+    const faulty = await startBatchServer({
+      fault: ({ index }) => (index === 1 ? 'refuse' : index === 2 ? 'error' : undefined),
+    });
+    defer(() => faulty.close());
+    for (const provider of ['openai', 'anthropic'] as const) {
+      const settings = remoteModel(findProvider(provider)!, {
+        model: 'm',
+        baseUrl: faulty.baseUrl,
+        apiKey: LOCAL_BATCH_KEY,
+      });
+      const batches = provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+      const sent = lines(provider, 4);
+      const made = await batches.create(`claim-${provider}`, sent, signal);
+      assert.equal((await batches.retrieve(made.id, signal)).ended, true);
+      const outcomes = [];
+      for await (const o of batches.results(
+        made.id,
+        new Map(sent.map((l) => [l.record.customId, l.request])),
+        signal,
+      ))
+        outcomes.push(o);
+      const byId = new Map(outcomes.map((o) => [o.customId, o]));
+      assert.equal(byId.get(`${provider}-0`)?.kind, 'answered');
+      assert.equal(typeof (byId.get(`${provider}-0`) as { value?: unknown }).value, 'string');
+      assert.equal(byId.get(`${provider}-1`)?.kind, 'refused');
+      assert.equal(byId.get(`${provider}-2`)?.kind, 'errored');
+      assert.ok(Array.isArray((byId.get(`${provider}-3`) as { value?: unknown }).value));
+    }
+  });
+});
