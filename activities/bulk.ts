@@ -91,10 +91,11 @@ export function createBulkActivities(deps: BulkDependencies) {
 
   /** The runs' memo requests in bulk: each document's model steps, as their activities will ask. */
   const requestsOf = async (input: BulkSubmitInput): Promise<BulkRequestRecord[]> => {
-    const steps = MODEL_STEP_LIST.map((step) => ({
-      name: step.name,
-      input: stepModule(step.name).bulk.input(input.pipeline),
-    }));
+    // A model step whose folder exports no `bulk` is asked one by one, by the document's own run.
+    const steps = MODEL_STEP_LIST.flatMap((step) => {
+      const module = bulkModuleOf(step.name);
+      return module === undefined ? [] : [{ name: step.name, input: module.bulk.input(input.pipeline) }];
+    });
     const records: BulkRequestRecord[] = [];
     for (let offset = 0; offset < input.total; offset += 500) {
       const entries: BatchEntry[] = await manifests.range(
@@ -370,13 +371,20 @@ function requestOf(record: BulkRequestRecord): ModelRequest<unknown> {
 }
 
 function stepModule(name: string): BulkStepModule {
+  const module = bulkModuleOf(name);
+  if (module !== undefined) return module;
+  throw ApplicationFailure.create({
+    type: FailureType.InvalidInput,
+    nonRetryable: true,
+    message: `activities/${name}/index.ts exports no bulk { input, request }, yet a provider batch holds its requests`,
+  });
+}
+
+/** A step's folder, when it exports what bulk mode asks with (activities/<step>/index.ts's `bulk`). */
+function bulkModuleOf(name: string): BulkStepModule | undefined {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- the folder the step list names
   const loaded = require(`./${name}`) as Partial<BulkStepModule>;
-  if (typeof loaded.bulk?.input !== 'function' || typeof loaded.bulk.request !== 'function')
-    throw ApplicationFailure.create({
-      type: FailureType.InvalidInput,
-      nonRetryable: true,
-      message: `activities/${name}/index.ts exports no bulk { input, request }: a model step needs one for bulk mode`,
-    });
-  return loaded as BulkStepModule;
+  return typeof loaded.bulk?.input === 'function' && typeof loaded.bulk.request === 'function'
+    ? (loaded as BulkStepModule)
+    : undefined;
 }

@@ -19,33 +19,17 @@ import Database from 'better-sqlite3';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../src/config';
 import { runMain } from '../src/lib/run-main';
+import { writeDocuments } from './lib/documents';
 import { peakMiB } from './lib/memory';
 import { startLocalDevServer } from '../src/temporal/local-server';
 
 const ROOT = path.resolve(__dirname, '..');
-const CORPUS = path.resolve(ROOT, '..', 'shared', 'corpus', 'rust-book');
 const HISTORY_LIMIT = 10_240;
 
 function arg(name: string, fallback: number): number {
   const at = process.argv.indexOf(name);
   const value = at === -1 ? undefined : Number(process.argv[at + 1]);
   return value !== undefined && Number.isInteger(value) && value > 0 ? value : fallback;
-}
-
-/** `count` distinct documents of 1-4 KB cut from the corpus (or the samples), each with a line of its own. */
-function writeDocuments(dir: string, count: number): void {
-  const source = fs.existsSync(CORPUS) ? CORPUS : path.join(ROOT, 'samples');
-  const texts = fs
-    .readdirSync(source)
-    .filter((f) => f.endsWith('.md') && !/^README/i.test(f))
-    .map((f) => fs.readFileSync(path.join(source, f), 'utf8'));
-  fs.mkdirSync(dir, { recursive: true });
-  for (let i = 0; i < count; i++) {
-    const text = texts[i % texts.length] ?? '';
-    const start = (i * 997) % Math.max(1, text.length - 4000);
-    const body = text.slice(start, start + 1000 + ((i * 131) % 3000));
-    fs.writeFileSync(path.join(dir, `doc-${String(i).padStart(5, '0')}.md`), `# Document ${i}\n\n${body}\n`);
-  }
 }
 
 function tsx(script: string, env: NodeJS.ProcessEnv, args: string[] = []): ChildProcess {
