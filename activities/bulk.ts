@@ -257,17 +257,25 @@ export function createBulkActivities(deps: BulkDependencies) {
       });
     },
 
-    /** Cancels the batch's provider batches that have not ended (its cancellation, `npm run bulk -- cancel`). */
-    async bulkCancel(input: { batchId: string }): Promise<ProviderBatchState[]> {
+    /**
+     * Cancels the batch's provider batches that have not been collected (its cancellation, `npm run bulk -- cancel`),
+     * those an interrupted submission made included; returns them, for the workflow to collect what they answered.
+     */
+    async bulkCancel(input: { batchId: string }): Promise<BulkPart[]> {
       const { api, claims } = parts();
       return withHeartbeats(async (signal) => {
-        const states: ProviderBatchState[] = [];
+        const cancelled: BulkPart[] = [];
         for (const claim of await claims.ofBatch(input.batchId)) {
           if (claim.providerBatchId === null || claim.collected !== null) continue;
           const state = await api.retrieve(claim.providerBatchId, signal);
-          states.push(state.ended ? state : await api.cancel(claim.providerBatchId, signal));
+          cancelled.push({
+            claimKey: claim.claimKey,
+            providerBatchId: claim.providerBatchId,
+            requests: claim.requests.length,
+            state: state.ended ? state : await api.cancel(claim.providerBatchId, signal),
+          });
         }
-        return states;
+        return cancelled;
       });
     },
   };

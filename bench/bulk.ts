@@ -132,7 +132,10 @@ async function run(): Promise<void> {
         ? `All ${docs} documents published once, every answer bought once in a provider batch.`
         : 'NOT AS PROMISED: see the figures above.',
     );
-    fs.writeFileSync(path.join(__dirname, 'bulk-results.json'), `${JSON.stringify(figures, null, 2)}\n`);
+    fs.writeFileSync(
+      path.join(__dirname, `bulk-results-${provider}.json`),
+      `${JSON.stringify(figures, null, 2)}\n`,
+    );
     if (!ok) process.exitCode = 1;
   } finally {
     worker.kill('SIGKILL');

@@ -66,7 +66,12 @@ export const BulkSettingsSchema = z
     /** The first look at a provider batch, this long after it is created; each next one twice as long after. */
     pollSeconds: z.number().int().min(1).max(3600).default(60),
     /** The longest wait between two looks. */
-    pollMaxSeconds: z.number().int().min(1).max(6 * 3600).default(1800),
+    pollMaxSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(6 * 3600)
+      .default(1800),
   })
   .strict();
 export type BulkSettings = z.output<typeof BulkSettingsSchema>;

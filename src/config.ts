@@ -227,7 +227,9 @@ const EnvSchema = z.object({
     .optional()
     .transform((s) => (s === undefined || s === '' ? 'off' : s.toLowerCase()))
     .pipe(z.enum(['on', 'off'], { error: 'must be on or off' })),
-  BULK_MAX_REQUESTS: positiveInt(50_000).pipe(z.number().max(50_000, 'must be at most 50000 (OpenAI\'s limit)')),
+  BULK_MAX_REQUESTS: positiveInt(50_000).pipe(
+    z.number().max(50_000, "must be at most 50000 (OpenAI's limit)"),
+  ),
   BULK_ROUNDS: positiveInt(2).pipe(z.number().max(5, 'must be at most 5')),
   BULK_POLL_SECONDS: positiveInt(60).pipe(z.number().max(3600, 'must be at most 3600')),
   BULK_POLL_MAX_SECONDS: positiveInt(1800).pipe(z.number().max(6 * 3600, 'must be at most 21600 (6 hours)')),

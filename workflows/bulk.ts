@@ -80,7 +80,8 @@ export async function runBulkPhase(input: BulkPhaseInput, progress: BulkProgress
     progress.phase = 'cancelled';
     delete progress.nextPollAt;
     await CancellationScope.nonCancellable(async () => {
-      await bulkCancel({ batchId: input.batchId });
+      // Every provider batch not yet collected, those a submission cut short made included.
+      live = await bulkCancel({ batchId: input.batchId });
       // What the provider answered before the cancel is paid: wait for the batches to end and keep it.
       for (let look = 0; look < CANCEL_LOOKS && live.some((p) => !p.state.ended); look++) {
         await sleep(settings.pollSeconds * 1000);
