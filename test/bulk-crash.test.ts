@@ -32,7 +32,7 @@ before(async () => {
 });
 
 /** Waits for `condition`, checking every 100 ms, failing with `what` past the deadline. */
-async function until(condition: () => boolean, what: string, ms = 90_000): Promise<void> {
+async function until(condition: () => boolean, what: string, ms = 180_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!condition()) {
     assert.ok(Date.now() < deadline, `${what} did not happen within ${ms / 1000} s`);
