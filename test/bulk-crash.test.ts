@@ -19,7 +19,12 @@ import { freeLoopbackPort } from '../src/lib/loopback';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startLocalDevServer } from '../src/temporal/local-server';
 import { documentFolder, serverCounts } from './bulk-helpers';
-import { installQuietRuntime, startCrashableWorker, writeWorkflowBundle } from './helpers';
+import {
+  CRASH_WORKER_DEFAULTS,
+  installQuietRuntime,
+  startCrashableWorker,
+  writeWorkflowBundle,
+} from './helpers';
 import { baseEnvironment, runCommand } from './provider-limits-run';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
@@ -102,12 +107,7 @@ describe('bulk mode through crashes', () => {
           await startCrashableWorker({
             ...(env as Record<string, string>),
             WORKFLOW_BUNDLE_PATH: bundlePath,
-            PUBLISH_WEBHOOK_URL: '',
-            CRASH_AFTER_PUBLISH: '',
-            CRASH_AFTER_MEMO_WRITE: '',
-            PAYLOAD_ENCRYPTION_KEY: '',
-            PAYLOAD_DECRYPTION_KEYS: '',
-            PAYLOAD_REQUIRE_ENCRYPTION: '',
+            ...CRASH_WORKER_DEFAULTS,
           }),
         );
       };

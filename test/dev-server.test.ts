@@ -21,6 +21,7 @@ import type { documentPipeline } from '../workflows';
 
 import type { WorkerProcess } from '../src/cli/demo/worker-process';
 import {
+  CRASH_WORKER_DEFAULTS,
   devServerEnv,
   isTagRequest,
   modelServerFor,
@@ -65,13 +66,7 @@ async function workerProcess(env_: Record<string, string>): Promise<WorkerProces
     OPENAI_BASE_URL: '',
     OPENAI_MODEL: '',
     OPENAI_API_KEY: '',
-    PUBLISH_WEBHOOK_URL: '',
-    CRASH_AFTER_PUBLISH: '',
-    CRASH_AFTER_MEMO_WRITE: '',
-    // This file's client reads plain payloads.
-    PAYLOAD_ENCRYPTION_KEY: '',
-    PAYLOAD_DECRYPTION_KEYS: '',
-    PAYLOAD_REQUIRE_ENCRYPTION: '',
+    ...CRASH_WORKER_DEFAULTS,
     ...env_,
   });
   defer(async () => {

@@ -444,6 +444,20 @@ export async function writeWorkflowBundle(dir: string): Promise<string> {
 }
 
 /**
+ * What a crash worker must not take from the shell that runs the tests: its publish target, kill switches and
+ * payload keys; each test sets the ones it means on top.
+ */
+export const CRASH_WORKER_DEFAULTS: Readonly<Record<string, string>> = {
+  PUBLISH_WEBHOOK_URL: '',
+  CRASH_AFTER_PUBLISH: '',
+  CRASH_AFTER_MEMO_WRITE: '',
+  // The tests' clients read plain payloads.
+  PAYLOAD_ENCRYPTION_KEY: '',
+  PAYLOAD_DECRYPTION_KEYS: '',
+  PAYLOAD_REQUIRE_ENCRYPTION: '',
+};
+
+/**
  * Starts test/fixtures/worker-process.ts (the real worker wiring plus crash hooks) with `env` on top of this
  * process's environment, and waits until it polls.
  */

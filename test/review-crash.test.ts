@@ -17,6 +17,7 @@ import { startLocalDevServer } from '../src/temporal/local-server';
 import { reviewQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
 import {
+  CRASH_WORKER_DEFAULTS,
   installQuietRuntime,
   pipelineInput,
   SAMPLE_TEXT,
@@ -58,12 +59,7 @@ describe('a review through crashes', () => {
           WORKFLOW_BUNDLE_PATH: bundlePath,
           DATA_DIR: dataDir,
           MODEL: '',
-          PUBLISH_WEBHOOK_URL: '',
-          CRASH_AFTER_PUBLISH: '',
-          CRASH_AFTER_MEMO_WRITE: '',
-          PAYLOAD_ENCRYPTION_KEY: '',
-          PAYLOAD_DECRYPTION_KEYS: '',
-          PAYLOAD_REQUIRE_ENCRYPTION: '',
+          ...CRASH_WORKER_DEFAULTS,
           ...extra,
         });
         workers.push(started);

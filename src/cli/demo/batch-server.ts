@@ -323,6 +323,28 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
     res.end(Buffer.from(await answer.arrayBuffer()));
   };
 
+  /**
+   * A page of an API's batches, newest first, after the cursor `afterParam` names (both APIs page so), up to the
+   * `limit` asked (20 by default, `most` at most). Each listed batch counts as looked at.
+   */
+  const listPage = (
+    api: BatchApiName,
+    url: URL,
+    afterParam: string,
+    most: number,
+  ): { page: ServedBatch[]; hasMore: boolean } => {
+    const limit = Math.min(most, Math.max(1, Number(url.searchParams.get('limit') ?? 20)));
+    const after = url.searchParams.get(afterParam);
+    const newest = batches.filter((b) => b.api === api).reverse();
+    const start = after === null ? 0 : newest.findIndex((b) => b.id === after) + 1;
+    const page = newest.slice(start, start + limit);
+    for (const b of page) {
+      b.looks++;
+      advance(b);
+    }
+    return { page, hasMore: start + limit < newest.length };
+  };
+
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -426,15 +448,7 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
     // Batches.
     if (method === 'POST' && path === '/v1/batches') return openAiCreate(body);
     if (method === 'GET' && path === '/v1/batches') {
-      const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20)));
-      const after = url.searchParams.get('after');
-      const newest = batches.filter((b) => b.api === 'openai').reverse();
-      const start = after === null ? 0 : newest.findIndex((b) => b.id === after) + 1;
-      const page = newest.slice(start, start + limit);
-      for (const b of page) {
-        b.looks++;
-        advance(b);
-      }
+      const { page, hasMore } = listPage('openai', url, 'after', 100);
       return {
         status: 200,
         body: {
@@ -442,7 +456,7 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
           data: page.map(openAiBatch),
           first_id: page[0]?.id ?? null,
           last_id: page.at(-1)?.id ?? null,
-          has_more: start + limit < newest.length,
+          has_more: hasMore,
         },
         api: 'openai',
         action: 'list',
@@ -611,20 +625,12 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
       };
     }
     if (method === 'GET' && path === '/v1/messages/batches') {
-      const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 20)));
-      const after = url.searchParams.get('after_id');
-      const newest = batches.filter((b) => b.api === 'anthropic').reverse();
-      const start = after === null ? 0 : newest.findIndex((b) => b.id === after) + 1;
-      const page = newest.slice(start, start + limit);
-      for (const b of page) {
-        b.looks++;
-        advance(b);
-      }
+      const { page, hasMore } = listPage('anthropic', url, 'after_id', 1000);
       return {
         status: 200,
         body: {
           data: page.map(anthropicBatch),
-          has_more: start + limit < newest.length,
+          has_more: hasMore,
           first_id: page[0]?.id ?? null,
           last_id: page.at(-1)?.id ?? null,
         },
