@@ -132,9 +132,13 @@ async function stuckAt(handle: WorkflowHandle): Promise<string> {
     const activities = (d.raw.pendingActivities ?? []).map(
       (a) => `${a.activityType?.name} attempt ${a.attempt}: ${a.lastFailure?.message ?? 'no failure'}`,
     );
-    return `${h.workflowId} ${d.status.name} [${activities.join('; ')}]`;
+    const task = d.raw.pendingWorkflowTask;
+    const taskLine = task == null ? '' : ` workflow task ${task.state} attempt ${task.attempt}`;
+    return `${h.workflowId} ${d.status.name}${taskLine} [${activities.join('; ')}]`;
   };
-  const lines = [await pendingOf(handle)];
+  const events = (await handle.fetchHistory()).events ?? [];
+  const last = events.slice(-6).map((e) => String(e.eventType).replace('EVENT_TYPE_', ''));
+  const lines = [`${await pendingOf(handle)}, last events ${last.join(', ')}`];
   const d = await handle.describe();
   for (const child of (d.raw.pendingChildren ?? []).slice(0, 3))
     lines.push(await pendingOf(handle.client.getHandle(child.workflowId ?? '')));

@@ -14,6 +14,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
 import type { BatchServer, BatchServerOptions } from '../src/cli/demo/batch-server';
 import type { PipelineResult } from '../src/contract';
+import { batchProgressQuery } from '../workflows';
 import { documentFolder, resultWithin, serverCounts, startBulkBatch } from './bulk-helpers';
 import { installQuietRuntime, localParts, pipelineWorker, timeSkippingEnv } from './helpers';
 import type { LocalParts } from './helpers';
@@ -189,9 +190,10 @@ describe('bulk mode on the time-skipping server', () => {
     const memoBefore = await local.memo.count();
     await worker.runUntil(async () => {
       const { handle } = await startBulkBatch(env.client, local.blobs, folder, taskQueue, {});
+      // Cancelled while the batch waits for the provider (the workflow between two looks).
       const deadline = Date.now() + 30_000;
-      while (server.batches.length === 0) {
-        assert.ok(Date.now() < deadline, 'no provider batch was created');
+      while ((await handle.query(batchProgressQuery)).bulk?.phase !== 'waiting') {
+        assert.ok(Date.now() < deadline, 'the batch never came to wait for its provider batch');
         await new Promise((r) => setTimeout(r, 50));
       }
       await handle.cancel();

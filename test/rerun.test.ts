@@ -16,6 +16,8 @@ describe('--rerun', () => {
   it('is an option among the paths, and a mistyped one is refused with the options there are', () => {
     assert.deepEqual(parseRunArgs(['notes/', '--rerun', 'a.md']), { paths: ['notes/', 'a.md'], rerun: true });
     assert.deepEqual(parseRunArgs(['notes/']), { paths: ['notes/'], rerun: false });
+    // Its sibling, bulk mode (docs/bulk.md).
+    assert.deepEqual(parseRunArgs(['--bulk', 'notes/']), { paths: ['notes/'], rerun: false, bulk: true });
     assert.throws(
       () => parseRunArgs(['--re-run']),
       (err: unknown) => {

@@ -123,22 +123,6 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
   });
   setHandler(batchProgressQuery, progress);
 
-  // Bulk mode: the model requests go to the provider's batch API before any document is handed out (once: a run
-  // continued as new carries what it came to).
-  if (options.bulk !== undefined && bulk !== undefined && bulk.phase !== 'done') {
-    await runBulkPhase(
-      {
-        batchId: workflowInfo().workflowId,
-        manifestRef,
-        total,
-        pipeline: options.pipeline,
-        settings: options.bulk,
-        budget: options.budget,
-      },
-      bulk,
-    );
-  }
-
   const fail = (entry: BatchEntry, workflowId: string, why: { reason: string; step?: StepName }): void => {
     tally.failed++;
     if (why.step !== undefined) {
@@ -265,6 +249,22 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
     const info = workflowInfo();
     return info.continueAsNewSuggested || info.historyLength >= options.historyBudget;
   };
+
+  // Bulk mode: the model requests go to the provider's batch API before any document is handed out (once: a run
+  // continued as new carries what it came to).
+  if (options.bulk !== undefined && bulk !== undefined && bulk.phase !== 'done') {
+    await runBulkPhase(
+      {
+        batchId: workflowInfo().workflowId,
+        manifestRef,
+        total,
+        pipeline: options.pipeline,
+        settings: options.bulk,
+        budget: options.budget,
+      },
+      bulk,
+    );
+  }
 
   while (next < total) {
     await condition(() => running < options.window);

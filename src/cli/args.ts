@@ -7,8 +7,8 @@ export interface RunArgs {
   rerun: boolean;
   /** What the batch's model calls may spend together (`--budget-usd`, `--budget-tokens`); absent: no limit. */
   budget?: { usd?: number; tokens?: number };
-  /** `--bulk`: the model requests go to the provider's batch API first (as BULK=on). */
-  bulk: boolean;
+  /** `--bulk`: the model requests go to the provider's batch API first (as BULK=on); absent without it. */
+  bulk?: true;
 }
 
 const OPTIONS =
@@ -49,5 +49,10 @@ export function parseRunArgs(args: readonly string[]): RunArgs {
       throw new ConfigError(`unknown option ${arg}; ${OPTIONS}`);
     } else paths.push(arg);
   }
-  return { paths, rerun, bulk, ...(Object.keys(budget).length > 0 ? { budget } : {}) };
+  return {
+    paths,
+    rerun,
+    ...(bulk ? { bulk: true as const } : {}),
+    ...(Object.keys(budget).length > 0 ? { budget } : {}),
+  };
 }

@@ -26,7 +26,7 @@ async function run(): Promise<void> {
     const report = await processDocuments(client, config, stores.blobs, paths, {
       stream: process.stdout,
       rerun,
-      bulk,
+      ...(bulk === undefined ? {} : { bulk }),
       ...(budget === undefined ? {} : { budget }),
       pacing: stores.rateLimits,
       configuredModel: modelInfoOf(config.model),

@@ -59,7 +59,7 @@ async function run(): Promise<void> {
       since,
       stream: process.stdout,
       rerun: args.rerun,
-      bulk: args.bulk,
+      ...(args.bulk === undefined ? {} : { bulk: true }),
       ...(args.budget === undefined ? {} : { budget: args.budget }),
       pacing: stores.rateLimits,
       configuredModel: deps.model.info,
