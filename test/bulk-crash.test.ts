@@ -142,12 +142,17 @@ describe('bulk mode through crashes', () => {
       await worker();
 
       const client = await first;
+      // While the batch waited, the client said so, with the provider batch's state and counts.
+      assert.match(client.output, /BULK waiting, round 1: batch_\w+ (validating|in_progress), 0 of 10 answered/);
       // Whether the first client lived through the restart or not, submitting again attaches and reports.
       const again =
         client.code === 0 ? client : await runCommand('pipeline', ['--bulk', folder], env, 300_000, defer);
       assert.equal(again.code, 0, again.output);
       assert.match(again.output, new RegExp(`${documents} of ${documents} document\\(s\\) published`));
       assert.match(again.output, /Bulk: 1 provider batch\(es\)/);
+      // Each document published once: revision 1, and no second revision of any.
+      assert.equal(again.output.match(/published r1\b/g)?.length, documents, again.output);
+      assert.doesNotMatch(again.output, /published r[2-9]/);
       assert.match(again.output, /one by one they would have cost \$[\d.]+ \(saved \$[\d.]+\)/);
 
       const counts = serverCounts(provider);
