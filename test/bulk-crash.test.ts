@@ -143,7 +143,10 @@ describe('bulk mode through crashes', () => {
 
       const client = await first;
       // While the batch waited, the client said so, with the provider batch's state and counts.
-      assert.match(client.output, /BULK waiting, round 1: batch_\w+ (validating|in_progress), 0 of 10 answered/);
+      assert.match(
+        client.output,
+        /BULK waiting, round 1: batch_\w+ (validating|in_progress), 0 of 10 answered/,
+      );
       // Whether the first client lived through the restart or not, submitting again attaches and reports.
       const again =
         client.code === 0 ? client : await runCommand('pipeline', ['--bulk', folder], env, 300_000, defer);
