@@ -97,6 +97,7 @@ export function createBulkActivities(deps: BulkDependencies) {
       return module === undefined ? [] : [{ name: step.name, input: module.bulk.input(input.pipeline) }];
     });
     const records: BulkRequestRecord[] = [];
+    const seen = new Set<string>();
     for (let offset = 0; offset < input.total; offset += 500) {
       const entries: BatchEntry[] = await manifests.range(
         input.manifestRef,
@@ -113,6 +114,9 @@ export function createBulkActivities(deps: BulkDependencies) {
             promptVersion: deps.model.promptVersion,
           });
           const memoKey = memoKeyFor(workflowId, step.name, requestHash);
+          // One request a memo key: a document listed twice with the same text is asked once, answered for both.
+          if (seen.has(memoKey)) continue;
+          seen.add(memoKey);
           records.push({
             customId: customIdFor(step.name, memoKey),
             memoKey,
