@@ -1,5 +1,5 @@
-import { sql } from 'kysely';
 import { z } from 'zod';
+import { addSpent, ensureBudget } from '../model/rate-limit-store';
 import type { BudgetRef } from '../model/rate-limit-store';
 import { dateOf, jsonOf, safeToRepeat } from '../store/sql';
 import type { Sql } from '../store/sql';
@@ -117,15 +117,11 @@ export class SqlBulkClaims {
           .where('collected', 'is', null),
       );
       if (marked !== 1 || budget === undefined) return;
-      await tx.run(
-        sql`INSERT INTO model_budgets (budget_id, limit_tokens, limit_usd, created_at, updated_at)
-          VALUES (${budget.id}, ${budget.tokens ?? null}, ${budget.usd ?? null}, ${tx.now()}, ${tx.now()})
-          ON CONFLICT (budget_id) DO NOTHING`,
-      );
-      await tx.run(
-        sql`UPDATE model_budgets SET spent_tokens = spent_tokens + ${collected.inputTokens + collected.outputTokens},
-          spent_usd = spent_usd + ${collected.costUsd ?? 0}, updated_at = ${tx.now()} WHERE budget_id = ${budget.id}`,
-      );
+      await ensureBudget(tx, budget);
+      await addSpent(tx, budget.id, {
+        tokens: collected.inputTokens + collected.outputTokens,
+        usd: collected.costUsd ?? 0,
+      });
     });
   }
 

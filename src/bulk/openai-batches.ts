@@ -116,14 +116,14 @@ export class OpenAiBatches implements BatchApi {
         const request = requests.get(line.custom_id);
         if (request === undefined || seen.has(line.custom_id)) continue;
         seen.add(line.custom_id);
-        yield this.outcomeOf(line, request, batch.status);
+        yield this.outcomeOf(line, request);
       }
     }
     // A request in neither file (a batch that failed as a whole, or cancelled before it ran): no answer.
     for (const customId of requests.keys()) if (!seen.has(customId)) yield missing(customId, batch.status);
   }
 
-  private outcomeOf(line: OutputLine, request: ModelRequest<unknown>, status: string): BulkOutcome {
+  private outcomeOf(line: OutputLine, request: ModelRequest<unknown>): BulkOutcome {
     const customId = line.custom_id;
     const response = line.response;
     if (response !== null && response !== undefined && response.status_code === 200) {
@@ -147,10 +147,7 @@ export class OpenAiBatches implements BatchApi {
     if (code === 'batch_expired')
       return { customId, kind: 'expired', error: 'the batch expired before it ran' };
     if (code === 'batch_cancelled') return { customId, kind: 'canceled', error: 'the batch was cancelled' };
-    const message =
-      line.error?.message ??
-      JSON.stringify(response?.body ?? {}).slice(0, 300) ??
-      `the batch ${status} without an answer`;
+    const message = line.error?.message ?? JSON.stringify(response?.body ?? {}).slice(0, 300);
     return {
       customId,
       kind: 'errored',

@@ -169,10 +169,7 @@ export class SqlRateLimits {
       );
       const budgetId = ended[0]?.budget_id ?? null;
       if (spent !== undefined && budgetId !== null && ended.length === 1) {
-        await tx.run(
-          sql`UPDATE model_budgets SET spent_tokens = spent_tokens + ${Math.round(spent.tokens)},
-            spent_usd = spent_usd + ${spent.usd}, updated_at = ${tx.now()} WHERE budget_id = ${budgetId}`,
-        );
+        await addSpent(tx, budgetId, spent);
       }
       // The calls sent after this one (their turns came after its, and before now): the provider's count in the
       // answer's headers does not have them yet. And where the queue of turns still ahead starts.
@@ -367,11 +364,7 @@ export class SqlRateLimits {
   }
 
   private async lockBudget(tx: Sql, ref: BudgetRef, now: number): Promise<BudgetStatus> {
-    await tx.run(
-      sql`INSERT INTO model_budgets (budget_id, limit_tokens, limit_usd, created_at, updated_at)
-        VALUES (${ref.id}, ${ref.tokens ?? null}, ${ref.usd ?? null}, ${tx.now()}, ${tx.now()})
-        ON CONFLICT (budget_id) DO NOTHING`,
-    );
+    await ensureBudget(tx, ref);
     const budget = await this.readBudget(tx, ref.id, now, true);
     if (budget === undefined) throw new Error(`budget ${ref.id} vanished while it was read`);
     return budget;
@@ -408,6 +401,27 @@ export class SqlRateLimits {
       reservedUsd: Number(reserved?.usd ?? 0),
     };
   }
+}
+
+/** Makes the budget `ref` names with its limits, unless it exists (a budget's limits are set once, then raised). */
+export async function ensureBudget(tx: Sql, ref: BudgetRef): Promise<void> {
+  await tx.run(
+    sql`INSERT INTO model_budgets (budget_id, limit_tokens, limit_usd, created_at, updated_at)
+      VALUES (${ref.id}, ${ref.tokens ?? null}, ${ref.usd ?? null}, ${tx.now()}, ${tx.now()})
+      ON CONFLICT (budget_id) DO NOTHING`,
+  );
+}
+
+/** Adds what was spent to a budget's spending (inside the transaction that makes the spending count once). */
+export async function addSpent(
+  tx: Sql,
+  budgetId: string,
+  spent: { tokens: number; usd: number },
+): Promise<void> {
+  await tx.run(
+    sql`UPDATE model_budgets SET spent_tokens = spent_tokens + ${Math.round(spent.tokens)},
+      spent_usd = spent_usd + ${spent.usd}, updated_at = ${tx.now()} WHERE budget_id = ${budgetId}`,
+  );
 }
 
 /** A turn this far past when its call comes for it is given up: the call queues again. */
