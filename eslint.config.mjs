@@ -31,6 +31,7 @@ export default tseslint.config(
     ignores: [
       '*',
       '!src/',
+      '!demo/',
       '!test/',
       '!workflows/',
       '!activities/',

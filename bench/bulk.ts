@@ -1,7 +1,7 @@
 /**
  * `npm run bench:bulk [-- --docs 1000] [--provider openai|anthropic] [--max-requests 1000]`: a big batch in bulk
  * mode, end to end, as a person runs it: a file-backed dev server, `npm run worker`, and `npm run pipeline --
- * --bulk <folder>`, against the local stand-in of the provider's batch API (src/cli/demo/batch-server.ts), whose
+ * --bulk <folder>`, against the local stand-in of the provider's batch API (demo/batch-server.ts), whose
  * batches end a few seconds after they are created. It prints what the issue's proof asks for, from the server's
  * own log and the client's closing lines:
  *
@@ -17,7 +17,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
 import { loadConfig } from '../src/config';
 import { runMain } from '../src/lib/run-main';
 import { startLocalDevServer } from '../src/temporal/local-server';

@@ -1,7 +1,7 @@
 /**
  * Bulk mode from the outside, as a user runs it: `npm run pipeline -- --bulk <folder>` against real worker
  * processes (npm run worker's wiring) and a dev server on a database file, with the provider's batch API played by
- * a local server (src/cli/demo/batch-server.ts). The workers are SIGKILLed at each boundary: right after the
+ * a local server (demo/batch-server.ts). The workers are SIGKILLed at each boundary: right after the
  * provider accepted the batch, before the create's answer reached the worker; while the workflow waits; and after
  * the results were asked for, before they were in the memo; and the server is restarted while the batch waits.
  * From the batch server's own log: one provider batch, every custom_id in it once and answered once, no call one
@@ -12,8 +12,8 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
+import type { WorkerProcess } from '../demo/worker-process';
 import { dataPaths, loadConfig } from '../src/config';
 import { freeLoopbackPort } from '../src/lib/loopback';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';

@@ -1,6 +1,6 @@
 /**
  * Bulk mode's test parts: a folder of real documents, the batch workflow started over it with bulk mode on, and
- * what the local batch API server (src/cli/demo/batch-server.ts) saw, counted from outside the workers.
+ * what the local batch API server (demo/batch-server.ts) saw, counted from outside the workers.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -8,7 +8,7 @@ import type { Client, WorkflowHandle } from '@temporalio/client';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
 import type { BatchInput, BulkSettings } from '../src/batch-contract';
-import type { BatchServer } from '../src/cli/demo/batch-server';
+import type { BatchServer } from '../demo/batch-server';
 import { loadConfig, SAMPLES_DIR } from '../src/config';
 import type { BlobStore } from '../src/documents/blobs';
 import { storeDocuments } from '../src/runs/batch-upload';

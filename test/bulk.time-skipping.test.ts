@@ -1,6 +1,6 @@
 /**
  * Bulk mode on the time-skipping test server: the batch's model requests go to a local server that follows the
- * providers' batch APIs (src/cli/demo/batch-server.ts), whose answers arrive minutes later, at the third look; the
+ * providers' batch APIs (demo/batch-server.ts), whose answers arrive minutes later, at the third look; the
  * workflow's timers wait for them in no wall time. The answers land in the memo, and each document's steps take
  * them from there without a call. Partial errors and refused answers go into a second provider batch; what an
  * expired batch left goes to the documents' own calls; a cancelled batch cancels its provider batch and keeps
@@ -11,8 +11,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { LOCAL_BATCH_KEY, startBatchServer } from '../src/cli/demo/batch-server';
-import type { BatchServer, BatchServerOptions } from '../src/cli/demo/batch-server';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
+import type { BatchServer, BatchServerOptions } from '../demo/batch-server';
 import type { PipelineResult } from '../src/contract';
 import { batchProgressQuery } from '../workflows';
 import { documentFolder, resultWithin, serverCounts, startBulkBatch } from './bulk-helpers';

@@ -32,14 +32,14 @@ import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import type { Publication, Receipt } from '../src/publisher/types';
-import { startLink } from '../src/cli/demo/link';
-import type { Link } from '../src/cli/demo/link';
+import { startLink } from '../demo/link';
+import type { Link } from '../demo/link';
 import { submitDocument } from '../src/runs/submit';
 import { openStores } from '../src/store/open';
 import type { Stores } from '../src/store/open';
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
-import { startModelServer } from '../src/cli/demo/model-server';
-import type { ChatRequest, ModelServer } from '../src/cli/demo/model-server';
+import type { WorkerProcess } from '../demo/worker-process';
+import { startModelServer } from '../demo/model-server';
+import type { ChatRequest, ModelServer } from '../demo/model-server';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import { completion, startCrashableWorker, writeWorkflowBundle } from './helpers';
 import { mulberry32 } from './random';
@@ -155,7 +155,7 @@ interface Effect {
 }
 
 /**
- * The publish target. Each host posts through a link of its own (src/cli/demo/link.ts), so every delivery is
+ * The publish target. Each host posts through a link of its own (demo/link.ts), so every delivery is
  * traced to its host. With `dedupes`, the target is the real receiver (startReceiver) over a publication store
  * that reports each write; without, a stand-in that takes every POST as a new effect and ignores the key, as
  * many real webhooks do. `afterEffect` runs after an effect and before the reply.

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { startWorkerProcess } from '../src/cli/demo/worker-process';
+import { startWorkerProcess } from '../demo/worker-process';
 import { loadConfig } from '../src/config';
 import { processDocuments } from '../src/runs/batch';
 import { openStores } from '../src/store/open';

@@ -11,8 +11,8 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, Output } from 'ai';
 import type { LanguageModel } from 'ai';
 import { z } from 'zod';
-import { demoModel, startModelServer } from '../src/cli/demo/model-server';
-import type { ChatApi, ModelServer } from '../src/cli/demo/model-server';
+import { demoModel, startModelServer } from '../demo/model-server';
+import type { ChatApi, ModelServer } from '../demo/model-server';
 import { cleanupAfterAll } from './scratch';
 
 const defer = cleanupAfterAll();

@@ -19,7 +19,7 @@ import { recoveryReport } from '../src/runs/history';
 import { progressQuery } from '../workflows';
 import type { documentPipeline } from '../workflows';
 
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import type { WorkerProcess } from '../demo/worker-process';
 import {
   CRASH_WORKER_DEFAULTS,
   devServerEnv,
@@ -37,8 +37,8 @@ import {
   writeWorkflowBundle,
 } from './helpers';
 import { cleanupAfterAll, scratchDir } from './scratch';
-import { startLink } from '../src/cli/demo/link';
-import type { LinkRequest } from '../src/cli/demo/link';
+import { startLink } from '../demo/link';
+import type { LinkRequest } from '../demo/link';
 
 type History = temporal.api.history.v1.IHistory;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;

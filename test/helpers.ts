@@ -18,10 +18,10 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
 import type { ActivityDependencies } from '../activities';
 import type { SqlRateLimits } from '../src/model/rate-limit-store';
-import { completion, startModelServer } from '../src/cli/demo/model-server';
-import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../src/cli/demo/model-server';
-import { startWorkerProcess } from '../src/cli/demo/worker-process';
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import { completion, startModelServer } from '../demo/model-server';
+import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../demo/model-server';
+import { startWorkerProcess } from '../demo/worker-process';
+import type { WorkerProcess } from '../demo/worker-process';
 import { loadConfig } from '../src/config';
 import { prebuiltBundle } from '../src/temporal/bundle';
 import { startLocalDevServer } from '../src/temporal/local-server';
@@ -29,7 +29,7 @@ import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema } from '../src/contract';
 import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
-import { relay } from '../src/cli/demo/link';
+import { relay } from '../demo/link';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import type { AnswerMemo } from '../src/model/memo';
 import { OfflineModel } from '../src/model/offline-model';
@@ -386,7 +386,7 @@ export const SAMPLE_TEXT = [
 ].join('\n');
 
 // ---------------------------------------------------------------------------------------------------------------
-// The demo's model server (src/cli/demo/model-server.ts), scripted per test, and the model client for it
+// The demo's model server (demo/model-server.ts), scripted per test, and the model client for it
 // ---------------------------------------------------------------------------------------------------------------
 
 /** A scripted model server, closed after the file's tests. */
@@ -472,7 +472,7 @@ export function startCrashableWorker(
 }
 
 export { closeServer, listenOnLoopback };
-export { completion, startModelServer } from '../src/cli/demo/model-server';
+export { completion, startModelServer } from '../demo/model-server';
 export type { ChatReply, ChatRequest, ChatScript, ModelServer };
 
 /** Asserts an ApplicationFailure thrown by an activity: its type, whether Temporal may retry it, its message. */

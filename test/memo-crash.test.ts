@@ -19,7 +19,7 @@ import { describeStep } from '../src/runs/step-outcome';
 import type { PipelineResult } from '../src/contract';
 import type { documentPipeline } from '../workflows';
 
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import type { WorkerProcess } from '../demo/worker-process';
 import {
   completion,
   devServerEnv,

@@ -1,5 +1,5 @@
 /**
- * A model provider at its rate limits, for the tests: the demo's model server (src/cli/demo/model-server.ts) with
+ * A model provider at its rate limits, for the tests: the demo's model server (demo/model-server.ts) with
  * requests and tokens per minute enforced the way OpenAI and Anthropic document it
  * (https://platform.openai.com/docs/guides/rate-limits, https://docs.anthropic.com/en/api/rate-limits):
  *
@@ -28,8 +28,8 @@ import {
   parsedRequest,
   promptText,
   startModelServer,
-} from '../src/cli/demo/model-server';
-import type { ChatApi, ChatReply, ChatRequest, ModelServer } from '../src/cli/demo/model-server';
+} from '../demo/model-server';
+import type { ChatApi, ChatReply, ChatRequest, ModelServer } from '../demo/model-server';
 
 export interface ProviderLimits {
   /** Requests per minute. */

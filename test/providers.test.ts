@@ -286,7 +286,7 @@ const ChatBody = z.object({
   max_tokens: z.number().optional(),
 });
 
-/** Ollama's OpenAI-compatible endpoint, played by the demo's model server (src/cli/demo/model-server.ts). */
+/** Ollama's OpenAI-compatible endpoint, played by the demo's model server (demo/model-server.ts). */
 const ollamaChat: Wire = {
   provider: 'ollama',
   model: 'llama3.1',

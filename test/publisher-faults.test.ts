@@ -32,7 +32,7 @@ import {
   webhookPublisher,
 } from './helpers';
 import { cleanupAfterAll, tempDir } from './scratch';
-import { relay } from '../src/cli/demo/link';
+import { relay } from '../demo/link';
 import { openClaimOf } from './helpers';
 import type { StartedPipeline } from './helpers';
 import { deliverySettledSignal, progressQuery } from '../workflows';

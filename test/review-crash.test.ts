@@ -24,7 +24,7 @@ import {
   startCrashableWorker,
   writeWorkflowBundle,
 } from './helpers';
-import type { WorkerProcess } from '../src/cli/demo/worker-process';
+import type { WorkerProcess } from '../demo/worker-process';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { startWorkerProcess } from '../src/cli/demo/worker-process';
+import { startWorkerProcess } from '../demo/worker-process';
 import { recoveryReport } from '../src/runs/history';
 import { drainOnSignals } from '../src/temporal/shutdown';
 import {

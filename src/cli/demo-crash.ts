@@ -13,13 +13,13 @@ import type { Submission } from '../runs/submit';
 import { connectClient } from '../temporal/connection';
 import { startEmbeddedServer } from '../temporal/embedded-server';
 import { freeLoopbackPort } from '../lib/loopback';
-import { readyForCrash, waitForKill } from './demo/crash-point';
-import { reportRecovery } from './demo/crash-report';
-import { startLink } from './demo/link';
-import { demoModel, startModelServer } from './demo/model-server';
-import { say } from './demo/say';
-import { startWorkerProcess } from './demo/worker-process';
-import type { WorkerProcess } from './demo/worker-process';
+import { readyForCrash, waitForKill } from '../../demo/crash-point';
+import { reportRecovery } from '../../demo/crash-report';
+import { startLink } from '../../demo/link';
+import { demoModel, startModelServer } from '../../demo/model-server';
+import { say } from '../../demo/say';
+import { startWorkerProcess } from '../../demo/worker-process';
+import type { WorkerProcess } from '../../demo/worker-process';
 
 /** The demo's model server answers each call this long after it arrived. */
 const MODEL_LATENCY_MS = 1_000;

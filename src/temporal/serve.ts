@@ -38,7 +38,7 @@ export async function servePipeline(
       announce: (line) => logger().warn(`${line}; unfinished steps resume on the next worker`),
       note: (line) => logger().info(line),
     });
-    // The readiness line, on stdout for whoever supervises the process (src/cli/demo/worker-process.ts waits for
+    // The readiness line, on stdout for whoever supervises the process (demo/worker-process.ts waits for
     // it); the logs go to stderr.
     console.log(
       `Worker ${worker.options.identity} polling task queue "${config.taskQueue}" on ${endpoint.address} ` +

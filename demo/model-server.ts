@@ -8,7 +8,7 @@
  */
 import http from 'node:http';
 import { z } from 'zod';
-import { closeServer, listenOnLoopback } from '../../lib/loopback';
+import { closeServer, listenOnLoopback } from '../src/lib/loopback';
 import { demoAnswer } from './demo-answer';
 
 /** Which API a request called: OpenAI's chat completions, or Anthropic's Messages. */

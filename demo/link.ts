@@ -5,7 +5,7 @@
  * heard back"; tests use it to keep a step in flight, or to deliver a zombie's request late.
  */
 import http from 'node:http';
-import { closeServer, listenOnLoopback, readBody } from '../../lib/loopback';
+import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 
 /** A request that reached the link. */
 export interface LinkRequest {

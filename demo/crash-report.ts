@@ -1,10 +1,10 @@
-import { dataPaths } from '../../config';
-import { SqliteAnswerMemo } from '../../model/memo-store';
-import type { SqlitePublicationStore } from '../../publisher/publication-store';
-import { markSkippedOnResume, recoveryReport, runDetails } from '../../runs/history';
-import type { StepReport } from '../../runs/history';
-import { classifyStep, summarizeReports } from '../../runs/step-outcome';
-import type { Submission } from '../../runs/submit';
+import { dataPaths } from '../src/config';
+import { SqliteAnswerMemo } from '../src/model/memo-store';
+import type { SqlitePublicationStore } from '../src/publisher/publication-store';
+import { markSkippedOnResume, recoveryReport, runDetails } from '../src/runs/history';
+import type { StepReport } from '../src/runs/history';
+import { classifyStep, summarizeReports } from '../src/runs/step-outcome';
+import type { Submission } from '../src/runs/submit';
 import type { ChatRequest } from './model-server';
 import { say } from './say';
 import type { WorkerProcess } from './worker-process';

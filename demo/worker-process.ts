@@ -4,7 +4,7 @@ import type { ChildProcess } from 'node:child_process';
 import path from 'node:path';
 
 /** `npm run worker`, the script a worker process runs unless told otherwise. */
-export const WORKER_SCRIPT = path.join(__dirname, '..', 'worker.ts');
+export const WORKER_SCRIPT = path.join(__dirname, '..', 'src', 'cli', 'worker.ts');
 
 export interface WorkerProcess {
   child: ChildProcess;
@@ -51,7 +51,7 @@ export function startWorkerProcess(
   } = {},
 ): Promise<WorkerProcess> {
   const options = {
-    cwd: path.join(__dirname, '..', '..', '..'),
+    cwd: path.join(__dirname, '..'),
     env,
     stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'],
   };

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SqlitePublicationStore } from '../../publisher/publication-store';
-import { recoveryReport } from '../../runs/history';
-import type { Submission } from '../../runs/submit';
+import type { SqlitePublicationStore } from '../src/publisher/publication-store';
+import { recoveryReport } from '../src/runs/history';
+import type { Submission } from '../src/runs/submit';
 import type { ChatRequest } from './model-server';
 import type { WorkerProcess } from './worker-process';
 

@@ -14,7 +14,7 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { z } from 'zod';
-import { closeServer, listenOnLoopback } from '../../lib/loopback';
+import { closeServer, listenOnLoopback } from '../src/lib/loopback';
 import {
   answerBody,
   demoContent,
