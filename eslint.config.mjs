@@ -60,28 +60,35 @@ export default tseslint.config(
         },
       ],
       '@typescript-eslint/no-misused-promises': 'error',
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
     },
   },
   {
-    // Workflow code is replayed inside Temporal's sandbox: no Node builtins, and activities by type only.
-    files: ['workflows/**/*.ts'],
+    // Workflow code is replayed inside Temporal's sandbox: no Node builtins, activities by type only, and the kit
+    // only through its workflow-side entry (src/workflow/), whose modules hold no I/O and build no schemas.
+    files: ['workflows/**/*.ts', 'src/workflow/**/*.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
         {
           patterns: [
             {
-              regex: '^\\.\\./activities(/(?!steps$).*)?$',
+              regex: '^(\\.\\./)+activities(/.*)?$',
               allowTypeImports: true,
               message:
-                'Import activities as types only (the step list, ../activities/steps, excepted): their code does I/O and must stay out of the sandbox.',
+                'Import activities as types only: their code does I/O and must stay out of the sandbox.',
             },
             {
-              group: ['../src/*', '!../src/steps', '!../src/batch-steps', '!../src/review'],
+              regex: '^\\.\\./src/(?!workflow$)',
               allowTypeImports: true,
               message:
-                'Workflow code may import values only from ../src/steps, ../src/batch-steps and ../src/review (other modules do I/O, or build schemas that every run would evaluate again); types from anywhere.',
+                "The face's workflows import the kit's values through its workflow-side entry, ../src/workflow; types from anywhere.",
+            },
+            {
+              regex: '^\\.\\./(?!contract/plain$|contract/review$|contract/batch-plain$|src/workflow$)[^.]',
+              allowTypeImports: true,
+              message:
+                "The kit's workflow side imports values only from itself and the plain contract (../contract/plain, review, batch-plain): other modules do I/O, or build schemas every run would evaluate again.",
             },
             {
               group: ['node:*'],
@@ -91,26 +98,6 @@ export default tseslint.config(
               group: [name, `${name}/*`],
               message: 'No Node builtins in workflow code.',
             })),
-          ],
-        },
-      ],
-    },
-  },
-  {
-    // The step list and each step's entry in it are imported by the workflow bundle: names and plain functions,
-    // values from each other only, anything else as types (no zod, no I/O).
-    files: ['activities/steps.ts', 'activities/step-definition.ts', 'activities/*/step.ts'],
-    rules: {
-      '@typescript-eslint/no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            {
-              regex: '^(?!(\\.\\./|\\./)step-definition$|\\./[a-z-]+/step$)',
-              allowTypeImports: true,
-              message:
-                'The workflow bundle imports the step list: values only from the step list files, anything else as types.',
-            },
           ],
         },
       ],

@@ -28,7 +28,7 @@ import { table, chart } from './lib/output';
 import { pipelineRuns } from './lib/pipeline';
 import { round } from './lib/rows';
 import type { Doc, Row } from './lib/rows';
-import { summarizeRequest } from '../activities/summarize/prompt';
+import { summarizeRequest } from '../test/requests';
 
 const ROOT = path.resolve(__dirname, '..');
 const QUICK = process.argv.includes('--quick');

@@ -1,4 +1,4 @@
-import type { ActivityDependencies } from '../activities';
+import type { ActivityDependencies } from './steps/activities';
 import { AnthropicBatches } from './bulk/anthropic-batches';
 import { OpenAiBatches } from './bulk/openai-batches';
 import type { BatchApi } from './bulk/types';

@@ -9,9 +9,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../activities';
-import { HEARTBEAT_EVERY_MS, withHeartbeats } from '../activities/heartbeat';
-import { idempotencyKey } from '../activities/idempotency';
+import { pipelineActivities } from '../src/cli/compose';
+import { HEARTBEAT_EVERY_MS, withHeartbeats } from '../src/steps/heartbeat';
+import { idempotencyKey } from '../src/steps/idempotency';
 import { FailureType } from '../src/contract';
 import { answering, modelServerFor, openAIModel, SAMPLE_TEXT, tempParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
@@ -88,7 +88,7 @@ describe('idempotencyKey', () => {
 describe('model steps', () => {
   it('summarize and tag send their key as the Idempotency-Key header', async () => {
     const { server, local } = await partsWithModelServer();
-    const { summarize, tag } = createActivities(local.deps);
+    const { summarize, tag } = pipelineActivities(local.deps);
     const textRef = await local.blobs.put(Buffer.from(SAMPLE_TEXT));
     const runId = randomUUID();
 
@@ -114,7 +114,7 @@ describe('model steps', () => {
 
   it('a later attempt with the same key reuses the memoised answer instead of calling the model', async () => {
     const { server, local } = await partsWithModelServer();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const input = await summarizeInput(local);
     const runId = randomUUID();
 
@@ -131,7 +131,7 @@ describe('model steps', () => {
 
   it('a new run of the workflow (a resubmission, a reset) reuses the paid answer; its key names the new run', async () => {
     const { server, local } = await partsWithModelServer();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const input = await summarizeInput(local);
     const secondRun = randomUUID();
 
@@ -146,7 +146,7 @@ describe('model steps', () => {
 
   it('a different request of the same step (other options) is a memo miss and calls the model', async () => {
     const { server, local } = await partsWithModelServer();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const input = await summarizeInput(local);
     const runId = randomUUID();
 
@@ -162,7 +162,7 @@ describe('model steps', () => {
 
   it('a text missing from the blob store fails without retry as InvalidDocument', async () => {
     const { server, local } = await partsWithModelServer();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const missing = `sha256:${'0'.repeat(64)}`;
 
     await assert.rejects(
@@ -185,7 +185,7 @@ describe('model steps', () => {
 
   it('a stored text that is not usable (NUL bytes) fails without retry as InvalidDocument, saying why', async () => {
     const local = await tempParts(defer);
-    const { tag } = createActivities(local.deps);
+    const { tag } = pipelineActivities(local.deps);
     const textRef = await local.blobs.put(Buffer.from([0x68, 0x69, 0x00, 0x21]));
 
     await assert.rejects(
@@ -206,7 +206,7 @@ describe('model steps', () => {
 
   it('a document with no prose (only a code block) fails summarize without retry, saying so', async () => {
     const local = await tempParts(defer);
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const textRef = await local.blobs.put(Buffer.from('```rust\nfn main() {}\n```\n', 'utf8'));
 
     await assert.rejects(
@@ -241,7 +241,7 @@ describe('heartbeats', () => {
 
   it('a step that ends within the interval sends none (each would be a request and a write of the server)', async () => {
     const { local } = await partsWithModelServer();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const input = await summarizeInput(local);
     const { result, heartbeats } = await counted(() => summarize(input));
     assert.equal(result.summary, 'A short summary.');

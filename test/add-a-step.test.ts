@@ -29,7 +29,7 @@ const EXPECTED_FILES = [
   'activities/headline/prompt.ts',
   'activities/headline/schema.ts',
   'activities/headline/step.ts',
-  'activities/steps.ts',
+  'activities/index.ts',
   'workflows/index.ts',
 ];
 

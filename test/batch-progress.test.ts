@@ -12,8 +12,8 @@ import {
   TimeoutFailure,
   TimeoutType,
 } from '@temporalio/common';
-import { describeFailure, emptyTally } from '../src/batch-contract';
-import type { BatchFailure, BatchProgress } from '../src/batch-contract';
+import { describeFailure, emptyTally } from '../src/contract/batch';
+import type { BatchFailure, BatchProgress } from '../src/contract/batch';
 import { BatchProgressDisplay } from '../src/runs/batch-progress';
 
 function progress(ended: number, failures: BatchFailure[] = []): BatchProgress {

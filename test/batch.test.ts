@@ -14,15 +14,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { batch, deliverySettledSignal } from '../workflows';
+import { batch, deliverySettledSignal } from '../src/workflow';
 import {
   BATCH_SCHEMA_VERSION,
   BatchInputSchema,
   BatchManifestSchema,
   batchIdFor,
-} from '../src/batch-contract';
-import type { BatchEntry } from '../src/batch-contract';
-import { createBatchActivities } from '../activities/batch';
+} from '../src/contract/batch';
+import type { BatchEntry } from '../src/contract/batch';
+import { createBatchActivities } from '../src/batch/activities';
 import { loadConfig } from '../src/config';
 import { workflowIdFor } from '../src/contract';
 import { FileBlobStore } from '../src/documents/blobs';
@@ -113,7 +113,7 @@ describe('the batch workflow', () => {
     assert.equal(report.tally?.done, 30);
     assert.equal(report.tally?.failed, 0);
     for (const step of ['summarize', 'tag', 'publish'] as const)
-      assert.equal(report.tally?.steps[step].done, 30);
+      assert.equal(report.tally?.steps[step]?.done, 30);
     await publishedOnce(local, files);
     assert.equal(await local.store.countPublications(), 30);
     // Each run of the batch stayed near its budget: it drains its window (4 documents) before continuing.

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { budgetRaisedSignal, progressQuery } from '../workflows';
+import { budgetRaisedSignal, progressQuery } from '../src/workflow';
 import type { PipelineProgress } from '../src/contract';
 import {
   installQuietRuntime,

@@ -7,8 +7,8 @@
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
-import { summarizeRequest } from '../activities/summarize/prompt';
-import { tagRequest } from '../activities/tag/prompt';
+import { summarizeRequest } from './requests';
+import { tagRequest } from './requests';
 import { AnthropicBatches } from '../src/bulk/anthropic-batches';
 import { OpenAiBatches } from '../src/bulk/openai-batches';
 import type { BatchApi, BulkLine } from '../src/bulk/types';

@@ -6,13 +6,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
-import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/batch-contract';
-import type { BatchInput, BulkSettings } from '../src/batch-contract';
+import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/contract/batch';
+import type { BatchInput, BulkSettings } from '../src/contract/batch';
 import type { BatchServer } from '../demo/batch-server';
 import { loadConfig, SAMPLES_DIR } from '../src/config';
 import type { BlobStore } from '../src/documents/blobs';
 import { storeDocuments } from '../src/runs/batch-upload';
-import type { batch } from '../workflows';
+import type { batch } from '../src/workflow';
 import type { Defer } from './scratch';
 import { scratchDir } from './scratch';
 

@@ -18,7 +18,7 @@ function at(file: string, seconds: number): void {
 describe('prebuiltBundle', () => {
   it('is none until npm run build made one', () => {
     const dir = scratchDir(defer, 'bundle-');
-    assert.equal(prebuiltBundle(path.join(dir, 'dist', 'workflow-bundle.js'), [dir]), undefined);
+    assert.equal(prebuiltBundle(dir, path.join(dir, 'dist', 'workflow-bundle.js'), [dir]), undefined);
   });
 
   it('is the built file while it is newer than every source, and none once a source changed', () => {
@@ -32,10 +32,10 @@ describe('prebuiltBundle', () => {
     at(workflow, 1_000);
     at(bundle, 2_000);
 
-    assert.deepEqual(prebuiltBundle(bundle, [sources]), { codePath: bundle });
+    assert.deepEqual(prebuiltBundle(sources, bundle, [sources]), { codePath: bundle });
 
     at(workflow, 3_000);
-    assert.equal(prebuiltBundle(bundle, [sources]), undefined);
+    assert.equal(prebuiltBundle(sources, bundle, [sources]), undefined);
   });
 
   it('is none when it was made for another version of the SDK (an upgrade since the build), or carries no stamp', () => {
@@ -44,10 +44,14 @@ describe('prebuiltBundle', () => {
     for (const content of [`${bundleStamp('1.0.0')}// bundle\n`, '// bundle\n', '']) {
       fs.writeFileSync(bundle, content);
       at(bundle, 2_000);
-      assert.equal(prebuiltBundle(bundle, [], bundleStamp('1.24.0')), undefined, JSON.stringify(content));
+      assert.equal(
+        prebuiltBundle(dir, bundle, [], bundleStamp('1.24.0')),
+        undefined,
+        JSON.stringify(content),
+      );
     }
     fs.writeFileSync(bundle, `${bundleStamp('1.24.0')}// bundle\n`);
-    assert.deepEqual(prebuiltBundle(bundle, [], bundleStamp('1.24.0')), { codePath: bundle });
+    assert.deepEqual(prebuiltBundle(dir, bundle, [], bundleStamp('1.24.0')), { codePath: bundle });
   });
 
   it('is what npm run bundle writes, stamped with the installed SDK', () => {

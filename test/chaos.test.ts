@@ -25,7 +25,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig, SAMPLES_DIR } from '../src/config';
 import { PublishInputSchema, workflowIdFor } from '../src/contract';
-import { deliverySettledSignal } from '../workflows/queries';
+import { deliverySettledSignal } from '../src/workflow/queries';
 import { collectDocuments, titleOf } from '../src/documents/files';
 import type { DocumentFile } from '../src/documents/files';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';

@@ -11,11 +11,11 @@ import { ActivityCancellationDetails, ApplicationFailure } from '@temporalio/com
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { z } from 'zod';
-import { createActivities } from '../activities';
+import { pipelineActivities } from '../src/cli/compose';
 import type { AnswerMemo } from '../src/model/memo';
 import { estimateCost } from '../src/model/pricing';
 import { FailureType } from '../src/contract';
-import type { SummarizeResult } from '../activities/summarize/schema';
+import type { SummarizeResult } from './requests';
 import { completion, modelServerFor, openAIModel, SAMPLE_TEXT, SUMMARY, tempParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
 import type { ChatScript, LocalParts, ModelServer } from './helpers';
@@ -74,7 +74,7 @@ async function summarizeStep(
         },
         { logger: quietLogger },
       );
-      const { summarize } = createActivities(local.deps);
+      const { summarize } = pipelineActivities(local.deps);
       return { env, result: env.run(summarize, { documentId: 'doc-1', textRef, maxSentences: 2 }) };
     },
   };

@@ -9,7 +9,7 @@ import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { Client } from '@temporalio/client';
-import { createActivities } from '../activities';
+import { pipelineActivities } from '../src/cli/compose';
 import {
   AesGcmCodec,
   dataConverterFor,
@@ -366,7 +366,7 @@ describe('encrypted runs on a real dev server', () => {
       connection: env.nativeConnection,
       taskQueue,
       workflowsPath: require.resolve('../workflows'),
-      activities: createActivities(parts.deps),
+      activities: pipelineActivities(parts.deps),
       dataConverter,
     });
     try {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createActivities } from '../activities';
+import { pipelineActivities } from '../src/cli/compose';
 import { describeUsage, printOutcomes } from '../src/runs/result-table';
 import type { DocumentOutcome } from '../src/runs/result-table';
 import { publishedOutcome } from './outcomes';
@@ -11,8 +11,8 @@ import { loadConfig } from '../src/config';
 import { DEFAULT_PRICES, estimateCost, formatCost, totalUsage } from '../src/model/pricing';
 import { UsageSchema } from '../src/contract';
 import type { Usage } from '../src/contract';
-import type { SummarizeResult } from '../activities/summarize/schema';
-import type { TagResult } from '../activities/tag/schema';
+import type { SummarizeResult } from './requests';
+import type { TagResult } from './requests';
 import { genAiUsageAttributes } from '../src/telemetry/spans';
 import {
   completion,
@@ -187,7 +187,7 @@ describe('model steps record usage and cost', () => {
       activityId: step,
       workflowExecution: { workflowId: 'wf', runId },
     });
-    const activities = createActivities(parts.deps);
+    const activities = pipelineActivities(parts.deps);
     return step === 'summarize'
       ? env.run(activities.summarize, { documentId: 'doc-1', textRef, maxSentences: 2 })
       : env.run(activities.tag, { documentId: 'doc-1', textRef, maxTags: 3 });

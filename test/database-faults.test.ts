@@ -8,8 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../activities';
-import type { SummarizeResult } from '../activities/summarize/schema';
+import { pipelineActivities } from '../src/cli/compose';
+import type { SummarizeResult } from './requests';
 import { Database, isOutage } from '../src/lib/postgres';
 import { SqlAnswerMemo } from '../src/model/memo-store';
 import { migrate } from '../src/store/migrate';
@@ -104,7 +104,7 @@ describe('stores on a PostgreSQL that fails', () => {
         },
         { logger: new DefaultLogger('ERROR') },
       );
-      return env.run(createActivities(local.deps).summarize, {
+      return env.run(pipelineActivities(local.deps).summarize, {
         documentId: 'doc-1',
         textRef,
         maxSentences: 2,

@@ -16,7 +16,7 @@ import { dataPaths } from '../src/config';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { recoveryReport } from '../src/runs/history';
-import { progressQuery } from '../workflows';
+import { progressQuery } from '../src/workflow';
 import type { documentPipeline } from '../workflows';
 
 import type { WorkerProcess } from '../demo/worker-process';

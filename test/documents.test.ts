@@ -17,7 +17,7 @@ import type { BlobStore } from '../src/documents/blobs';
 import { blobTextSource } from '../src/documents/text-source';
 import { ConfigError, loadConfig } from '../src/config';
 import { DocumentIdSchema, workflowIdFor } from '../src/contract';
-import { BatchInputSchema, ManifestPageSchema } from '../src/batch-contract';
+import { BatchInputSchema, ManifestPageSchema } from '../src/contract/batch';
 import { processDocuments } from '../src/runs/batch';
 import { cleanupAfterAll, scratchDir } from './scratch';
 

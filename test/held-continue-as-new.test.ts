@@ -15,15 +15,17 @@ import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import type { WorkflowBundle } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { FailureType } from '../src/contract';
-import type { PipelineContinuation, PipelineInput, PipelineProgress, PipelineResult } from '../src/contract';
-import { modelStepResults } from '../src/steps';
-import type { HeldNotice } from '../src/steps';
+import type { PipelineContinuation, PipelineInput, PipelineProgress } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
+import { modelStepResults } from '../src/contract/plain';
+import type { HeldNotice } from '../src/contract/plain';
 import type { DeliveryLedger } from '../src/publisher/ledger';
 import type { Publisher } from '../src/publisher/types';
 import { OfflineModel } from '../src/model/offline-model';
 import type { DocumentModel } from '../src/model/types';
 import { createPipelineWorker } from '../src/temporal/worker';
-import { deliverySettledSignal, documentPipeline, progressQuery } from '../workflows';
+import { deliverySettledSignal, progressQuery } from '../src/workflow';
+import { documentPipeline } from '../workflows';
 import {
   closeServer,
   installQuietRuntime,

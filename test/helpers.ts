@@ -3,6 +3,7 @@
  * server on loopback), the Temporal binaries, one workflow bundle per test process. What they make is closed and
  * removed after a file's tests by test/scratch.ts's cleanup registry.
  */
+import '../src/cli/compose';
 import { registerReviewSearchAttribute } from '../src/temporal/search-attributes';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -16,7 +17,7 @@ import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
 import type { Worker, WorkflowBundle } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
-import type { ActivityDependencies } from '../activities';
+import type { ActivityDependencies } from '../src/steps/activities';
 import type { SqlRateLimits } from '../src/model/rate-limit-store';
 import { completion, startModelServer } from '../demo/model-server';
 import type { ChatReply, ChatRequest, ChatScript, ModelServer } from '../demo/model-server';
@@ -26,7 +27,8 @@ import { loadConfig } from '../src/config';
 import { prebuiltBundle } from '../src/temporal/bundle';
 import { startLocalDevServer } from '../src/temporal/local-server';
 import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema } from '../src/contract';
-import type { PipelineInput, PipelineOptions, PipelineResult } from '../src/contract';
+import type { PipelineInput, PipelineOptions } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import { createDependencies } from '../src/dependencies';
 import type { BlobStore } from '../src/documents/blobs';
 import { relay } from '../demo/link';
@@ -44,7 +46,7 @@ import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { freshSchema } from './postgres';
 import { WebhookPublisher } from '../src/publisher/webhook-publisher';
 import type { Publisher } from '../src/publisher/types';
-import type { StartedPipeline } from '../src/runs/submit';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { documentPipeline } from '../workflows';
 import { resolveTemporalExecutable } from '../src/temporal/binaries';
 import { createPipelineWorker } from '../src/temporal/worker';
@@ -52,7 +54,8 @@ import type { PipelineWorkerOptions } from '../src/temporal/worker';
 import { freePort, scratchDir, tempDir } from './scratch';
 import type { Defer } from './scratch';
 
-export type { StartedPipeline };
+/** A started run of this repository's pipeline, its result typed by the step list. */
+export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Temporal: binaries, workflow bundle, runtime, test environment, workers and runs
@@ -74,7 +77,7 @@ export function workflowBundle(): Promise<WorkflowBundle> {
 }
 
 async function loadBundle(): Promise<WorkflowBundle> {
-  const prebuilt = prebuiltBundle();
+  const prebuilt = prebuiltBundle(require.resolve('../workflows'));
   if (prebuilt !== undefined) return { code: await fs.promises.readFile(prebuilt.codePath, 'utf8') };
   return bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: silentLogger });
 }

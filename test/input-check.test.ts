@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { BatchOptionsSchema } from '../src/batch-contract';
+import { BatchOptionsSchema } from '../src/contract/batch';
 import {
   INPUT_SCHEMA_VERSION,
   ModelStepFieldsSchema,
@@ -14,7 +14,7 @@ import {
   PipelineInputSchema,
   PipelineOptionsSchema,
 } from '../src/contract';
-import { isCompletePipelineInput, isModelStepFields } from '../src/steps';
+import { isCompletePipelineInput, isModelStepFields } from '../src/contract/plain';
 
 const optionNames = Object.keys(OPTION_LIMITS) as (keyof typeof OPTION_LIMITS)[];
 

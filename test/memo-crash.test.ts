@@ -16,7 +16,7 @@ import { FileBlobStore } from '../src/documents/blobs';
 import { SqliteAnswerMemo } from '../src/model/memo-store';
 import { recoveryReport } from '../src/runs/history';
 import { describeStep } from '../src/runs/step-outcome';
-import type { PipelineResult } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import type { documentPipeline } from '../workflows';
 
 import type { WorkerProcess } from '../demo/worker-process';

@@ -15,14 +15,14 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { z } from 'zod';
 import { Registry } from 'prom-client';
-import { createActivities } from '../activities';
+import { pipelineActivities } from '../src/cli/compose';
 import type { DocumentModel } from '../src/model/types';
 import { BusyDetailsSchema } from '../src/model/pacer';
 import { pipelineMetrics } from '../src/telemetry/metrics';
 import type { PipelineMetrics } from '../src/telemetry/metrics';
 import { FailureType } from '../src/contract';
-import type { SummarizeResult } from '../activities/summarize/schema';
-import type { TagResult } from '../activities/tag/schema';
+import type { SummarizeResult } from './requests';
+import type { TagResult } from './requests';
 import {
   applicationFailure,
   closeServer,
@@ -121,7 +121,7 @@ async function stepAttempt(step: Step, model: DocumentModel, metrics?: PipelineM
     { activityId: step, workflowExecution: { workflowId: `wf-${randomUUID()}`, runId } },
     { logger: quietLogger },
   );
-  const activities = createActivities(metrics === undefined ? local.deps : { ...local.deps, metrics });
+  const activities = pipelineActivities(metrics === undefined ? local.deps : { ...local.deps, metrics });
   const base = { documentId: 'doc-1', textRef: await local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8')) };
   const run = (): Promise<SummarizeResult | TagResult> =>
     step === 'summarize'
@@ -331,7 +331,7 @@ describe('model faults through the activities', () => {
         env: { MAX_PROVIDER_ERRORS: '1' },
       });
       const runId = randomUUID();
-      const activities = createActivities(local.deps);
+      const activities = pipelineActivities(local.deps);
       const textRef = await local.blobs.put(Buffer.from(SAMPLE_TEXT, 'utf8'));
       // Attempts of one step of one run, as the server retries it: the memo counts its provider errors across them.
       const attempt = (n: number) =>

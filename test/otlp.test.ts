@@ -21,7 +21,8 @@ import { z } from 'zod';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
 import { closeServer, listenOnLoopback } from '../src/lib/loopback';
-import { STEPS } from '../src/contract';
+import { stepNames } from '../src/steps/registry';
+import '../src/cli/compose';
 import { createLogger } from '../src/telemetry/log';
 import { ReportingExporter, SHUTDOWN_EXPORT_MS } from '../src/telemetry/tracing';
 import { startWorkerProcess } from '../demo/worker-process';
@@ -120,8 +121,8 @@ async function worker(processEnv: Record<string, string>): Promise<WorkerProcess
 function renderTrace(all: readonly DecodedSpan[], traceId: string): string {
   const spans = all.filter((s) => s.traceId === traceId);
   const order = (s: DecodedSpan) => {
-    const step = STEPS.findIndex((name) => s.name.endsWith(`:${name}`));
-    return step === -1 ? STEPS.length : step;
+    const step = stepNames().findIndex((name) => s.name.endsWith(`:${name}`));
+    return step === -1 ? stepNames().length : step;
   };
   const ids = new Set(spans.map((s) => s.spanId));
   const lines: string[] = [];

@@ -1,6 +1,8 @@
 /** Result-table fixtures: the outcome of a document as the client reads it at the end of a run. */
-import { STEPS } from '../src/contract';
-import type { ModelInfo, PipelineResult, Usage } from '../src/contract';
+import { stepNames } from '../src/steps/registry';
+import '../src/cli/compose';
+import type { ModelInfo, Usage } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import type { DocumentOutcome } from '../src/runs/result-table';
 
 /**
@@ -29,7 +31,7 @@ export function publishedOutcome(
       duplicate: false,
     },
   };
-  const steps = STEPS.map((step) => ({
+  const steps = stepNames().map((step) => ({
     step,
     status: 'completed' as const,
     attempts: 1,

@@ -11,7 +11,7 @@ import { Context } from '@temporalio/activity';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import { pipelineActivities } from '../src/cli/compose';
 import { timingPhases } from '../src/telemetry/phases';
 import type { Phase, PhaseTimer } from '../src/telemetry/phases';
 import type { documentPipeline } from '../workflows';
@@ -57,7 +57,7 @@ describe('phase timing', () => {
   it('a model step marks its input check, text read, memo claim, model call and memo answer', async () => {
     const local = await tempParts(defer);
     const timer = recorder();
-    const { summarize } = createActivities(local.deps);
+    const { summarize } = pipelineActivities(local.deps);
     const input = {
       documentId: 'doc-1',
       textRef: await local.blobs.put(Buffer.from(SAMPLE_TEXT)),
@@ -76,7 +76,7 @@ describe('phase timing', () => {
   it('publish marks its input check and the publication', async () => {
     const local = await tempParts(defer);
     const timer = recorder();
-    const { publish } = createActivities(local.deps);
+    const { publish } = pipelineActivities(local.deps);
     const input = {
       documentId: 'doc-1',
       title: 'Checkpoints',
@@ -92,7 +92,7 @@ describe('phase timing', () => {
   it('a step outside any phase context records nothing, while another step is timed beside it', async () => {
     const local = await tempParts(defer);
     const timer = recorder();
-    const { tag } = createActivities(local.deps);
+    const { tag } = pipelineActivities(local.deps);
     // Two texts, so two memo entries: each step claims its own and calls the model.
     const input = async (text: string) => ({
       documentId: 'doc-1',

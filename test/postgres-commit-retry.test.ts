@@ -63,7 +63,7 @@ async function withLostCommit<T>(link: TcpLink, call: () => Promise<T>): Promise
 function memoRequest(): MemoRequest {
   const workflowId = `wf-${randomUUID()}`;
   const step = 'summarize';
-  const requestHash = memoRequestHash({ step, input: 'chunk 1', model: MODEL, promptVersion: 'v1' });
+  const requestHash = memoRequestHash({ step, input: 'chunk 1', identity: 'v1' });
   return {
     memoKey: memoKeyFor(workflowId, step, requestHash),
     workflowId,

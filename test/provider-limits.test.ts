@@ -12,8 +12,8 @@ import { findProvider } from '../src/model/providers';
 import { cleanupAfterAll } from './scratch';
 import { goDuration, startLimitedProvider } from './provider-limits';
 import type { LimitedProvider, LimitedProviderOptions } from './provider-limits';
-import { summarizeRequest } from '../activities/summarize/prompt';
-import { tagRequest } from '../activities/tag/prompt';
+import { summarizeRequest } from './requests';
+import { tagRequest } from './requests';
 
 const defer = cleanupAfterAll();
 /** The provider's clock starts here, so Anthropic's reset times read as real dates. */
@@ -414,8 +414,8 @@ describe('the stand-in, as the AI SDK clients see it', () => {
       });
       const summary = await client.ask(summarizeRequest(2), text, call('summarize'));
       const tags = await client.ask(tagRequest(3), text, call('tag'));
-      assert.match(summary.value, /Ownership is how Rust manages memory\./);
-      assert.ok(tags.value.length > 0, JSON.stringify(tags));
+      assert.match(summary.value.summary, /Ownership is how Rust manages memory\./);
+      assert.ok(tags.value.tags.length > 0, JSON.stringify(tags));
       assert.ok(summary.usage.inputTokens > 0 && summary.usage.outputTokens > 0, JSON.stringify(summary));
       assert.deepEqual(
         limited.stats().calls.map((c) => [c.api, c.step, c.status, c.idempotencyKey]),

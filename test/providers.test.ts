@@ -24,8 +24,8 @@ import type { DocumentModel, ModelCall } from '../src/model/types';
 import { applicationFailure, modelServerFor, SAMPLE_TEXT, until } from './helpers';
 import { cleanupAfterAll } from './scratch';
 import type { ChatReply } from './helpers';
-import { summarizeRequest } from '../activities/summarize/prompt';
-import { tagRequest } from '../activities/tag/prompt';
+import { summarizeRequest } from './requests';
+import { tagRequest } from './requests';
 
 const defer = cleanupAfterAll();
 const KEY = 'run-1:tag';

@@ -35,7 +35,7 @@ import { cleanupAfterAll, tempDir } from './scratch';
 import { relay } from '../demo/link';
 import { openClaimOf } from './helpers';
 import type { StartedPipeline } from './helpers';
-import { deliverySettledSignal, progressQuery } from '../workflows';
+import { deliverySettledSignal, progressQuery } from '../src/workflow';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();

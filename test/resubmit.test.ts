@@ -3,6 +3,7 @@
  * it), the receiver is fixed, the document is submitted again: a new run of the same workflow ID, whose
  * summarize and tag come from the memo, so the model server sees no second call. On both backends.
  */
+import type { PipelineResult } from '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -90,7 +91,7 @@ for (const backend of ['sqlite', 'postgres'] as const) {
         receiver.fix();
         const again = await submitDocument(env.client, local.blobs, taskQueue, document);
         assert.equal(again.attachedTo, 'new');
-        const result = await again.handle.result();
+        const result = (await again.handle.result()) as PipelineResult;
         const { runId } = await again.handle.describe();
 
         assert.equal(server.requests.length, 2, 'the resubmission paid the model again');

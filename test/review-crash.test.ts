@@ -14,7 +14,7 @@ import { freeLoopbackPort } from '../src/lib/loopback';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { decide } from '../src/runs/review-queue';
 import { startLocalDevServer } from '../src/temporal/local-server';
-import { reviewQuery } from '../workflows';
+import { reviewQuery } from '../src/workflow';
 import type { documentPipeline } from '../workflows';
 import {
   CRASH_WORKER_DEFAULTS,

@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { chromium } from 'playwright-core';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { startReviewPage } from '../src/runs/review-page';
-import { reviewQuery } from '../workflows';
+import { reviewQuery } from '../src/workflow';
 import {
   devServerEnv,
   installQuietRuntime,

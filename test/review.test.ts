@@ -15,12 +15,12 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadConfig } from '../src/config';
 import { workflowIdFor } from '../src/contract';
-import type { PipelineResult } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import { documentIdOf } from '../src/documents/files';
 import { processDocuments } from '../src/runs/batch';
 import { REVIEW_EXIT_CODE } from '../src/runs/result-table';
 import { decide } from '../src/runs/review-queue';
-import { reviewQuery } from '../workflows';
+import { reviewQuery } from '../src/workflow';
 import {
   devServerEnv,
   installQuietRuntime,

@@ -9,7 +9,7 @@ import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Registry } from 'prom-client';
 import { pipelineMetrics } from '../src/telemetry/metrics';
-import { reviewQuery, reviewUpdate } from '../workflows';
+import { reviewQuery, reviewUpdate } from '../src/workflow';
 import {
   installQuietRuntime,
   pipelineInput,

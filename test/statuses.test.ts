@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
-import type { PipelineResult, PublishInput } from '../src/contract';
+import type { PublishInput } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import type { PublicationStore } from '../src/publisher/publication-store';
 import { formatReport } from '../src/runs/report-format';

@@ -138,7 +138,7 @@ function memoRequest({
   input = 'chunk 1',
 } = {}): MemoRequest {
   const step = 'summarize';
-  const requestHash = memoRequestHash({ step, input, model: MODEL, promptVersion: 'v1' });
+  const requestHash = memoRequestHash({ step, input, identity: 'v1' });
   return { memoKey: memoKeyFor(workflowId, step, requestHash), workflowId, runId, step, requestHash };
 }
 

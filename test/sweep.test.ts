@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadConfig } from '../src/config';
-import { BATCH_SCHEMA_VERSION } from '../src/batch-contract';
+import { BATCH_SCHEMA_VERSION } from '../src/contract/batch';
 import { INPUT_SCHEMA_VERSION, workflowIdFor } from '../src/contract';
 import type { PipelineInput } from '../src/contract';
 import { memoKeyFor, memoRequestHash } from '../src/model/memo';
@@ -106,8 +106,7 @@ async function seedRun(stores: Stores, kind: 'open' | 'closed'): Promise<SeededR
   const requestHash = memoRequestHash({
     step: 'summarize',
     input,
-    model: 'test-model',
-    promptVersion: 'test',
+    identity: 'test',
   });
   const memoRequest = {
     memoKey: memoKeyFor(workflowId, 'summarize', requestHash),

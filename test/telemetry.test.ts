@@ -16,7 +16,8 @@ import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { loadConfig } from '../src/config';
-import { STEPS } from '../src/contract';
+import { stepNames } from '../src/steps/registry';
+import '../src/cli/compose';
 import type { PipelineInput } from '../src/contract';
 import { SqlitePublicationStore } from '../src/publisher/publication-store';
 import { startReceiver } from '../src/publisher/receiver';
@@ -84,8 +85,8 @@ function tracedBundle(): Promise<WorkflowBundleWithSourceMap> {
 /** The trace as indented span names, children in step order (summarize and tag start together). */
 function renderTree(all: readonly ReadableSpan[]): string {
   const order = (s: ReadableSpan) => {
-    const step = STEPS.findIndex((name) => s.name.endsWith(`:${name}`));
-    return step === -1 ? STEPS.length : step;
+    const step = stepNames().findIndex((name) => s.name.endsWith(`:${name}`));
+    return step === -1 ? stepNames().length : step;
   };
   const lines: string[] = [];
   const walk = (parent: string | undefined, depth: number) => {

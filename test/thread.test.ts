@@ -14,8 +14,8 @@ import { OfflineModel } from '../src/model/offline-model';
 import { score } from '../src/model/offline-nlp';
 import { SAMPLES_DIR } from '../src/config';
 import type { TestRequest } from './fixtures/test-thread';
-import { summarizeRequest } from '../activities/summarize/prompt';
-import { tagRequest } from '../activities/tag/prompt';
+import { summarizeRequest } from './requests';
+import { tagRequest } from './requests';
 
 const run = promisify(execFile);
 
@@ -28,11 +28,11 @@ describe('the offline model on its own thread', () => {
         model.ask(summarizeRequest(3), text),
         model.ask(tagRequest(5), text),
       ]);
-      const offline = (request: { offline: { module: string; input: unknown } }) =>
+      const offline = (request: { offline: { module: string; exportName: string; input: unknown } }) =>
         score({ ...request.offline, text });
       assert.deepEqual(summary, offline(summarizeRequest(3)));
       assert.deepEqual(tags, offline(tagRequest(5)));
-      assert.ok(summary.value.length > 0 && tags.value.length > 0, `${name}: an empty answer`);
+      assert.ok(summary.value.summary.length > 0 && tags.value.tags.length > 0, `${name}: an empty answer`);
     }
   });
 

@@ -11,7 +11,7 @@ import { tsToMs } from '@temporalio/common/lib/time';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { FailureType } from '../src/contract';
-import type { PipelineResult } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
 import {
   completion,
   finishedRun,

@@ -1,42 +1,31 @@
-/** Step 1: a summary of the document from the model (or the offline extractive summarizer). */
-import { ApplicationFailure } from '@temporalio/activity';
-import { FailureType } from '../../src/contract';
-import type { PipelineOptions } from '../../src/contract';
-import type { ModelRequest } from '../../src/model/types';
-import { stepInput } from '../check-input';
-import { runModelStep } from '../model-step';
-import type { ModelStepDependencies } from '../model-step';
-import { summarizeRequest } from './prompt';
-import { SummarizeInputSchema, SummarySchema } from './schema';
-import type { SummarizeInput, SummarizeResult } from './schema';
+/** Step 1: a summary of the document, from the model (or, offline, its most informative sentences). */
+import { z } from 'zod';
+import { defineModelStep, modelName, textAnswer } from '../../src';
+import { extractiveSummary } from './offline';
 
-/**
- * What the step asks in bulk mode (activities/bulk.ts): the input that shapes its answer, from the batch's options
- * (as create's activity gives runModelStep, so both share one memo key), and the request that input makes.
- */
-export const bulk = {
-  input: (options: PipelineOptions) => ({ maxSentences: options.maxSummarySentences }),
-  request: (input: { maxSentences: number }): ModelRequest<string> => summarizeRequest(input.maxSentences),
-};
-
-export function create(deps: ModelStepDependencies) {
-  return async function summarize(input: SummarizeInput): Promise<SummarizeResult> {
-    const { textRef, maxSentences, budget } = stepInput(SummarizeInputSchema, input, 'summarize input');
-    const request = summarizeRequest(maxSentences);
-    const { value, ...answer } = await runModelStep(
-      deps,
-      { step: 'summarize', textRef, input: { maxSentences }, budget, valueSchema: SummarySchema },
-      (text, call) => deps.model.ask(request, text, call),
-    );
-    if (value.trim() === '') {
-      throw ApplicationFailure.create({
-        type: FailureType.InvalidDocument,
-        nonRetryable: true,
-        message:
-          `document ${textRef} has no prose to summarize (only code, tables or markup are left once those are ` +
-          'set aside); add some text, or leave it out of the batch',
-      });
-    }
-    return { summary: value, ...answer };
-  };
-}
+export const summarize = defineModelStep({
+  name: 'summarize',
+  resultKey: 'summary',
+  input: z.object({ maxSentences: z.number().int().min(1).max(20) }),
+  ask: ({ maxSentences }) => ({
+    instructions:
+      `Summarize the document above in at most ${maxSentences} sentences of plain prose. ` +
+      'Answer with the summary only: no preamble, no Markdown.',
+    answer: textAnswer((summary) => ({ summary })),
+    // About 120 tokens a sentence, and room for the rest.
+    maxOutputTokens: 120 * maxSentences + 100,
+  }),
+  offline: (text, { maxSentences }) => ({ summary: extractiveSummary(text, maxSentences) }),
+  fields: z.object({ summary: z.string().max(20_000) }),
+  refuse: ({ summary }) =>
+    summary.trim() === ''
+      ? 'it has no prose to summarize (only code, tables or markup are left once those are set aside); add ' +
+        'some text, or leave it out of the batch'
+      : undefined,
+  column: {
+    header: 'Model',
+    cell: (result) => modelName(result.model),
+    detail: (result) => `[${result.model.provider}/${result.model.model}]\n  ${result.summary}`,
+  },
+  bulk: (options) => ({ maxSentences: options.maxSummarySentences }),
+});

@@ -1,21 +1,12 @@
 /**
  * The summarize step's offline answer: an extractive summary, the most informative sentences of the text in their
- * order, read with the offline model's analysis (src/model/offline-nlp.ts). The offline model's thread runs it.
+ * order, read with the offline model's analysis (src/model/offline-nlp.ts). The offline model's thread runs it (the step's `offline`, in index.ts).
  */
-import { analyse, HEADING_WEIGHT } from '../../src/model/offline-nlp';
-import type { Sentence, Token } from '../../src/model/offline-nlp';
+import { analyse, HEADING_WEIGHT } from '../../src';
+import type { Sentence, Token } from '../../src';
 
 const CONTENT_POS = new Set(['NOUN', 'PROPN', 'VERB', 'ADJ', 'ADV']);
 const MAX_SENTENCE_CHARS = 400;
-
-/** What the offline model is given for this step (prompt.ts). */
-export interface OfflineInput {
-  maxSentences: number;
-}
-
-export function offlineAnswer(text: string, { maxSentences }: OfflineInput): string {
-  return extractiveSummary(text, maxSentences);
-}
 
 function isContentWord(token: Token): boolean {
   return token.isWord && !token.isStop && CONTENT_POS.has(token.pos) && /\p{L}/u.test(token.lemma);

@@ -1,9 +1,9 @@
 /**
  * The tag step's offline answer: keyword tags, the text's frequent nouns, adjectives and repeated two-word noun
- * phrases, read with the offline model's analysis (src/model/offline-nlp.ts). The offline model's thread runs it.
+ * phrases, read with the offline model's analysis (src/model/offline-nlp.ts). The offline model's thread runs it (the step's `offline`, in index.ts).
  */
-import { analyse, HEADING_WEIGHT } from '../../src/model/offline-nlp';
-import type { Token } from '../../src/model/offline-nlp';
+import { analyse, HEADING_WEIGHT } from '../../src';
+import type { Token } from '../../src';
 
 const TAG_POS = new Set(['NOUN', 'PROPN', 'ADJ']);
 const TAG_WORD = /^\p{Ll}[\p{Ll}'’-]*\p{Ll}$/u;
@@ -11,15 +11,6 @@ const TAG_WORD = /^\p{Ll}[\p{Ll}'’-]*\p{Ll}$/u;
 const LAYOUT_WORDS = new Set('chapter section listing figure table example filename page'.split(' '));
 /** Lemmas wink gets technically right but that read badly as tags. */
 const TAG_SPELLING = new Map([['datum', 'data']]);
-
-/** What the offline model is given for this step (prompt.ts). */
-export interface OfflineInput {
-  maxTags: number;
-}
-
-export function offlineAnswer(text: string, { maxTags }: OfflineInput): string[] {
-  return keywordTags(text, maxTags);
-}
 
 function isTagWord(token: Token): boolean {
   return (

@@ -4,8 +4,8 @@ import Database from 'better-sqlite3';
 import { OfflineModel } from '../../src/model/offline-model';
 import { loopRow, percentile, round } from './rows';
 import type { Doc, Row } from './rows';
-import { summarizeRequest } from '../../activities/summarize/prompt';
-import { tagRequest } from '../../activities/tag/prompt';
+import { summarizeRequest } from '../../test/requests';
+import { tagRequest } from '../../test/requests';
 
 /** The offline model every path of the benchmark calls, with no latency of its own. */
 export const model = new OfflineModel(0);

@@ -23,8 +23,8 @@ import type { PhaseRecorder } from './breakdown';
 import type { Server } from './server';
 import { runBusySteps, yardstickWorker } from './temporal-alone';
 import { emptySteps, emptyStepsPatched } from './workflows';
-import { summarizeRequest } from '../../activities/summarize/prompt';
-import { tagRequest } from '../../activities/tag/prompt';
+import { summarizeRequest } from '../../test/requests';
+import { tagRequest } from '../../test/requests';
 
 const OPTIONS = PipelineOptionsSchema.parse({});
 

@@ -3,8 +3,8 @@ import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { batch } from '../../workflows';
-import { BATCH_SCHEMA_VERSION } from '../../src/batch-contract';
-import type { BatchEntry } from '../../src/batch-contract';
+import { BATCH_SCHEMA_VERSION } from '../../src/contract/batch';
+import type { BatchEntry } from '../../src/contract/batch';
 import { loadConfig } from '../../src/config';
 import { workflowIdFor } from '../../src/contract';
 import { createDependencies } from '../../src/dependencies';
@@ -63,7 +63,9 @@ export async function pipelineRuns(
     const config = loadConfig({ DATA_DIR: path.join(server.dir, 'data'), TEMPORAL_ADDRESS: server.address });
     const parts = await createDependencies(config);
     const taskQueue = `bench-${options.label}`;
-    const bundle = prebuiltBundle() ?? { code: await bundleFromSource(require.resolve('../../workflows')) };
+    const bundle = prebuiltBundle(require.resolve('../../workflows')) ?? {
+      code: await bundleFromSource(require.resolve('../../workflows')),
+    };
     result.bundleKiB = Math.round(
       ('code' in bundle ? bundle.code.length : fs.statSync(bundle.codePath).size) / 1024,
     );

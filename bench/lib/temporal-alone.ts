@@ -9,8 +9,8 @@ import type { Server } from './server';
 import type { temporal } from '@temporalio/proto';
 import { PipelineOptionsSchema } from '../../src/contract';
 import type { OfflineAnswer, OfflineRequest } from '../../src/model/offline-nlp';
-import { summarizeRequest } from '../../activities/summarize/prompt';
-import { tagRequest } from '../../activities/tag/prompt';
+import { summarizeRequest } from '../../test/requests';
+import { tagRequest } from '../../test/requests';
 
 /**
  * The busy yardstick's model: the offline model's own scoring, on a thread of the yardstick's, asked as the offline

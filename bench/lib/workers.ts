@@ -37,7 +37,7 @@ export async function coldStart(
   const fromSourceMs = await time(async () => ({
     code: await bundleFromSource(require.resolve('../../workflows')),
   }));
-  if (prebuiltBundle() === undefined) await runBuild();
+  if (prebuiltBundle(require.resolve('../../workflows')) === undefined) await runBuild();
   return { fromSourceMs, fromBundleMs: await time(async () => ({ codePath: WORKFLOW_BUNDLE_PATH })) };
 }
 

@@ -30,6 +30,7 @@ const RequestRecordSchema = z.object({
   textRef: z.string(),
   input: z.record(z.string(), z.unknown()),
   retryHint: z.string().optional(),
+  identity: z.string().optional(),
 });
 
 /** A provider batch's claim as stored. */

@@ -25,6 +25,8 @@ export interface BulkRequestRecord {
   input: Record<string, unknown>;
   /** Why the last paid answer to this request was refused, quoted back to the model (a next round). */
   retryHint?: string;
+  /** The step's identity the request was built under (stored with its answer). */
+  identity?: string;
 }
 
 /** A line as sent: the record, the step's request, and the document's text. */

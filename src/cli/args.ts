@@ -1,3 +1,4 @@
+import './compose';
 import { ConfigError } from '../config';
 
 /** What `npm start` and `npm run pipeline` take: files and folders, `--rerun`, and a budget. */

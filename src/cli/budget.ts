@@ -1,5 +1,6 @@
+import './compose';
 import { parseArgs } from 'node:util';
-import { budgetRaisedSignal } from '../../workflows/queries';
+import { budgetRaisedSignal } from '../workflow/queries';
 import { loadConfig } from '../config';
 import type { Config } from '../config';
 import { runMain, UserFacingError } from '../lib/run-main';

@@ -1,9 +1,10 @@
+import './compose';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { Client } from '@temporalio/client';
-import { batchProgressQuery } from '../../workflows/queries';
-import type { BulkProgress } from '../batch-contract';
+import { batchProgressQuery } from '../workflow/queries';
+import type { BulkProgress } from '../contract/batch';
 import { loadConfig } from '../config';
 import { runMain, UserFacingError } from '../lib/run-main';
 import { bulkLine } from '../runs/batch-progress';

@@ -1,3 +1,4 @@
+import { pipeline } from './compose';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
@@ -14,7 +15,7 @@ import {
   runsQuery,
 } from '../temporal/replay-check';
 
-const WORKFLOWS = path.resolve(__dirname, '..', '..', 'workflows');
+const WORKFLOWS = path.dirname(pipeline.workflowsPath);
 const FALLBACK_WINDOW = '7d';
 const USAGE = `Usage: npm run check-replay -- [--since <duration>] [--workflows <path>]
 

@@ -1,8 +1,9 @@
+import './compose';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import type { Config } from '../config';
 import { connectClient } from '../temporal/connection';
-import { deliverySettledSignal } from '../../workflows/queries';
+import { deliverySettledSignal } from '../workflow/queries';
 import { runMain } from '../lib/run-main';
 import { describeOpen, resolveDelivery } from '../publisher/reconcile';
 import type { Verdict } from '../publisher/reconcile';

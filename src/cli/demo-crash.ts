@@ -1,3 +1,4 @@
+import './compose';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

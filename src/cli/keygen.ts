@@ -1,3 +1,4 @@
+import './compose';
 import { generateKey, keyIdOf } from '../temporal/codec';
 
 /**

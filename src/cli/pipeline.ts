@@ -1,3 +1,4 @@
+import './compose';
 import { ConfigError, loadConfig } from '../config';
 import { modelInfoOf } from '../model/choose';
 import { startConfiguredTracing } from '../telemetry/tracing';

@@ -1,3 +1,4 @@
+import './compose';
 import { loadConfig } from '../config';
 import { startReceiver } from '../publisher/receiver';
 import { runMain } from '../lib/run-main';

@@ -1,3 +1,4 @@
+import './compose';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/common';
 import { loadConfig } from '../config';
@@ -6,8 +7,8 @@ import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import { withDecodedResults } from '../runs/decode-history';
-import { reviewQuery } from '../../workflows/queries';
-import { describeReview } from '../review';
+import { reviewQuery } from '../workflow/queries';
+import { describeReview } from '../contract/review';
 import { runMain } from '../lib/run-main';
 
 const USAGE =

@@ -1,3 +1,4 @@
+import './compose';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
@@ -7,8 +8,8 @@ import { openStores } from '../store/open';
 import type { JsonValue } from '../contract';
 import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
-import { describeOutcome } from '../review';
-import type { ReviewDecision } from '../review';
+import { describeOutcome } from '../contract/review';
+import type { ReviewDecision } from '../contract/review';
 import { awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
 import { connectClient } from '../temporal/connection';
 

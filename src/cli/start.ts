@@ -1,3 +1,4 @@
+import './compose';
 import { loadConfig, SAMPLES_DIR } from '../config';
 import { createDependencies } from '../dependencies';
 import { runMain } from '../lib/run-main';

@@ -1,3 +1,4 @@
+import './compose';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';

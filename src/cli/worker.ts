@@ -1,3 +1,4 @@
+import './compose';
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
 import { installRuntime } from '../temporal/runtime';

@@ -5,8 +5,8 @@
  * holding `pageSize` entries, so that no process ever holds the whole list.
  */
 import type { z } from 'zod';
-import { BatchManifestSchema, MANIFEST_PAGE_SIZE, ManifestPageSchema } from '../batch-contract';
-import type { BatchEntry } from '../batch-contract';
+import { BatchManifestSchema, MANIFEST_PAGE_SIZE, ManifestPageSchema } from '../contract/batch';
+import type { BatchEntry } from '../contract/batch';
 import { parseOrFail } from '../contract';
 import type { BlobStore } from './blobs';
 

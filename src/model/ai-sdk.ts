@@ -22,7 +22,7 @@ import type { ModelInfo, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
 import type { BusyDetails, Pacer } from './pacer';
 import { findProvider } from './providers';
-import { documentBlock, MAX_INPUT_CHARS, SYSTEM, taskOf } from './prompt-frame';
+import { documentBlock, FRAMING_VERSION, MAX_INPUT_CHARS, SYSTEM, taskOf } from './prompt-frame';
 import { limitsFromHeaders } from './rate-limit';
 import type { ProviderLimits } from './rate-limit';
 import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
@@ -36,8 +36,7 @@ import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './type
  */
 export class AiSdkModel implements DocumentModel {
   readonly info: ModelInfo;
-  /** Bump with any change to the prompts below or to the shape of their answers. */
-  readonly promptVersion = 'prompts-4';
+  readonly promptVersion = FRAMING_VERSION;
   private readonly languageModel: LanguageModel;
   /** Names the provider by origin only: a base URL's path may carry a tenant or a token, and messages are kept. */
   private readonly what: string;

@@ -32,6 +32,8 @@ export interface MemoCallOptions<T> {
   model: ModelInfo;
   /** The answer's shape: a memo entry that no longer fits it fails the step for good. */
   valueSchema: z.ZodType<T>;
+  /** The step's identity (src/steps/identity.ts), stored with the answer. */
+  identity?: string | undefined;
   /** This attempt's name on the claim (claimantName). */
   owner: string;
   /** The attempt's signal: a wait ends with it, and a paid answer's store stops retrying. */
@@ -139,7 +141,13 @@ export class MemoCall<T> {
     );
     try {
       const answer = await this.callModel(call, claim.rejected);
-      const mine: StoredAnswer = { value: answer.value, usage: answer.usage, model: this.options.model };
+      const { identity } = this.options;
+      const mine: StoredAnswer = {
+        value: answer.value,
+        usage: answer.usage,
+        model: this.options.model,
+        ...(identity === undefined ? {} : { identity }),
+      };
       // Another attempt may have stored first (this one stalled past its lease): the stored answer is returned.
       const stored = await this.store(mine);
       return this.settled(stored, stored !== mine, claim.rejected);
@@ -269,8 +277,9 @@ export class MemoCall<T> {
       type: FailureType.ModelOutputInvalid,
       nonRetryable: true,
       message:
-        `the memo entry ${memoKey} holds an answer that does not fit the ${step} step's schema; when a step's ` +
-        "answer changes shape, bump its model's promptVersion so old entries stop matching",
+        `the memo entry ${memoKey} holds an answer that does not fit the ${step} step's fields: its rules ` +
+        "(`fields`) changed while what it asks stayed the same; change the step's answer schema or instructions " +
+        'too (they make its identity), or run `npm run sweep` to clear old entries',
     });
   }
 

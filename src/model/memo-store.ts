@@ -158,6 +158,23 @@ export class SqlAnswerMemo implements AnswerMemo {
     return views;
   }
 
+  async previousAnswer(workflowId: string, step: string, memoKey: string): Promise<StoredAnswer | undefined> {
+    const row = await this.db.first(
+      this.db.build
+        .selectFrom('model_memo')
+        .select(['answer'])
+        .where('workflow_id', '=', workflowId)
+        .where('step', '=', step)
+        .where('memo_key', '<>', memoKey)
+        .where('answer', 'is not', null)
+        .orderBy('updated_at', 'desc')
+        .limit(1),
+    );
+    if (row === undefined) return undefined;
+    const stored = StoredAnswerSchema.safeParse(jsonOf(row.answer));
+    return stored.success ? stored.data : undefined;
+  }
+
   async count(): Promise<number> {
     const row = await this.db.first(
       this.db.build

@@ -8,6 +8,8 @@ export const StoredAnswerSchema = z.object({
   model: ModelInfoSchema,
   /** Bought as a line of a provider batch (bulk mode): the claim of that batch, and so the batch price. */
   bulkClaim: z.string().optional(),
+  /** The step's identity when it was asked (src/steps/identity.ts); absent in entries stored before it. */
+  identity: z.string().optional(),
 });
 export type StoredAnswer = z.infer<typeof StoredAnswerSchema>;
 
@@ -72,6 +74,11 @@ export interface AnswerMemo {
    * provider batch): whether it has an answer, and the answers `runId` paid for and refused. Keys it lacks are absent.
    */
   peek(memoKeys: readonly string[], runId: string): Promise<Map<string, MemoEntryView>>;
+  /**
+   * The answer most recently stored for this document's step under another key (`memoKey` is the one asked now):
+   * what the step answered before its identity or input changed. Undefined when there is none.
+   */
+  previousAnswer(workflowId: string, step: string, memoKey: string): Promise<StoredAnswer | undefined>;
   /** Number of stored answers (for reports and tests). */
   count(): Promise<number>;
   /** Deletes entries untouched since `before` whose workflow is not open; returns how many. */
@@ -122,16 +129,11 @@ export function decideClaim(entry: EntryState, request: MemoRequest, owner: stri
 }
 
 /**
- * The memo key of one model request: the workflow ID (stable across runs, so a resubmitted document reuses what
- * a failed run paid for), the step, and a hash of everything that shapes the answer: the step's input, the model
- * and the prompt version. A different request (another chunk, other options, a new prompt) is a different key.
+ * A hash of everything that shapes a model request's answer: the step, its identity (src/steps/identity.ts: the
+ * model, the prompt, the answer's shape) and its input. A different request (other options, a changed step) is a
+ * different key.
  */
-export function memoRequestHash(parts: {
-  step: string;
-  input: unknown;
-  model: unknown;
-  promptVersion: string;
-}): string {
+export function memoRequestHash(parts: { step: string; identity: string; input: unknown }): string {
   return createHash('sha256').update(canonicalJson(parts)).digest('hex');
 }
 

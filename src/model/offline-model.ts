@@ -1,4 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
 import { RequestThread } from '../lib/thread';
 import type { OfflineAnswer, OfflineRequest } from './offline-nlp';
 import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
@@ -15,15 +17,15 @@ const scorer = new RequestThread<OfflineRequest, OfflineAnswer>(
 );
 
 /**
- * The embedded default while MODEL names no provider: each step's offline answer (activities/<step>/offline.ts,
+ * The embedded default while MODEL names no provider: each step's offline answer (its definition's `offline`,
  * an extractive summary, keyword tags) computed from the text with wink-nlp, on a thread of its own. Deterministic and free; results are labelled provider "offline". An
  * optional latency stands in for a remote model's, so a demo or a chaos test can kill a worker in the middle of a
  * "call".
  */
 export class OfflineModel implements DocumentModel {
   readonly info = { provider: 'offline', model: 'extractive-wink-nlp' } as const;
-  /** offline-2: tags are always words (offline-1 could store a null tag for the word `constructor`). */
-  readonly promptVersion = 'offline-2';
+  /** The offline model's own code (its text analysis): a change to it asks every step again. */
+  readonly promptVersion = sourceVersion([require.resolve('./offline-nlp'), require.resolve('./markdown')]);
 
   constructor(private readonly latencyMs = 0) {}
 
@@ -33,8 +35,8 @@ export class OfflineModel implements DocumentModel {
    */
   async ask<T>(request: ModelRequest<T>, text: string, call?: ModelCall): Promise<ModelAnswer<T>> {
     await this.wait(call?.signal);
-    const { module, input } = request.offline;
-    const { value, usage } = await scorer.call({ module, text, input }, call?.signal);
+    const { module, exportName, input } = request.offline;
+    const { value, usage } = await scorer.call({ module, exportName, text, input }, call?.signal);
     return { value: value as T, usage };
   }
 
@@ -42,4 +44,11 @@ export class OfflineModel implements DocumentModel {
     if (this.latencyMs === 0) return;
     await sleep(this.latencyMs, undefined, { signal });
   }
+}
+
+/** A short hash of source files' contents. */
+function sourceVersion(files: readonly string[]): string {
+  const hash = createHash('sha256');
+  for (const file of files) hash.update(fs.readFileSync(file));
+  return hash.digest('hex').slice(0, 12);
 }

@@ -9,7 +9,7 @@ import type { ItemSentence, ItemToken, WinkMethods } from 'wink-nlp';
 import model from 'wink-eng-lite-web-model';
 import { markdownBlocks } from './markdown';
 import type { BlockKind } from './markdown';
-import type { ModelAnswer, OfflineStepModule } from './types';
+import type { ModelAnswer, OfflineStep } from './types';
 
 let cachedNlp: WinkMethods | undefined;
 
@@ -191,8 +191,9 @@ export function countTokens(text: string): number {
 
 /** What the offline model is asked: a step's offline answer (its module and input) about one text. */
 export interface OfflineRequest {
-  /** The resolved path of the step's offline module (activities/<step>/offline.ts). */
+  /** The module that exports the step's definition, and the export's name (ModelRequest's `offline`). */
   module: string;
+  exportName: string;
   text: string;
   input: unknown;
 }
@@ -207,7 +208,7 @@ export type OfflineAnswer = ModelAnswer<unknown>;
 export function score(request: OfflineRequest): OfflineAnswer {
   const entry = recentEntry(request.text);
   const inputTokens = (entry.tokens ??= countTokens(request.text));
-  const value = offlineModule(request.module).offlineAnswer(request.text, request.input);
+  const value = offlineStep(request.module, request.exportName).offline(request.text, request.input);
   const outputTokens =
     typeof value === 'string'
       ? countTokens(value)
@@ -217,11 +218,12 @@ export function score(request: OfflineRequest): OfflineAnswer {
   return { value, usage: { inputTokens, outputTokens } };
 }
 
-/** A step's offline module, loaded once. */
-function offlineModule(path: string): OfflineStepModule {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the step named by the request, on demand
-  const loaded = require(path) as Partial<OfflineStepModule>;
-  if (typeof loaded.offlineAnswer !== 'function')
-    throw new Error(`${path} exports no offlineAnswer(text, input): every model step's folder needs one`);
-  return loaded as OfflineStepModule;
+/** A step's definition, from the module the asking process found it in (loaded once per thread). */
+function offlineStep(path: string, exportName: string): OfflineStep {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the thread loads what the asking process named
+  const loaded = require(path) as Record<string, Partial<OfflineStep> | undefined>;
+  const step = loaded[exportName];
+  if (typeof step?.offline !== 'function')
+    throw new Error(`${path} exports no step "${exportName}" with an offline(text, input) answer`);
+  return step as OfflineStep;
 }

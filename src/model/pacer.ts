@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { FailureType } from '../steps';
+import { FailureType } from '../contract/plain';
 import { UsageSchema } from '../contract';
 import type { ModelInfo, Usage } from '../contract';
 import { noMetrics } from '../telemetry/metrics';

@@ -1,8 +1,9 @@
 /**
  * The framing every model request shares, however it is sent (one call through the AI SDK, or a line of a
  * provider's batch file): the system line, the document between markers, then the step's task. Both ways send
- * the same words, so an answer is the same answer, and the memo keys them alike (AiSdkModel.promptVersion).
+ * the same words, so an answer is the same answer, and the memo keys them alike (FRAMING_VERSION).
  */
+import { createHash } from 'node:crypto';
 
 /** Characters of document text sent to the model; longer texts are cut, and the prompt says so. */
 export const MAX_INPUT_CHARS = 60_000;
@@ -35,3 +36,12 @@ function clip(text: string): string {
   if (text.length <= MAX_INPUT_CHARS) return text;
   return `${text.slice(0, MAX_INPUT_CHARS)}\n\n[document truncated to its first ${MAX_INPUT_CHARS} characters]`;
 }
+
+/**
+ * The framing's version, part of every step's identity: derived from the framing itself, so a change to the system
+ * line, the markers or the retry wording asks every step again, with nothing to bump by hand.
+ */
+export const FRAMING_VERSION = createHash('sha256')
+  .update([SYSTEM, MAX_INPUT_CHARS, documentBlock, taskOf, clip].map(String).join('\0'))
+  .digest('hex')
+  .slice(0, 12);

@@ -36,8 +36,8 @@ export interface ModelAnswer<T> {
 
 /**
  * What a model step asks, in the one form every model answers: the step's instructions about the document, the
- * shape of the answer, and its token limit. A step's folder builds it (activities/<step>/prompt.ts); nothing in
- * src/model/ knows one step from another.
+ * shape of the answer, and its token limit. The kit builds it from the step's definition (src/steps/identity.ts);
+ * nothing in src/model/ knows one step from another.
  */
 export interface ModelRequest<T> {
   /** The step asking: sent as the x-pipeline-step header, for servers and proxies that tell requests apart. */
@@ -49,10 +49,10 @@ export interface ModelRequest<T> {
   /** The most tokens the answer may use: sent with the request, and reserved by the pacing before it. */
   maxOutputTokens: number;
   /**
-   * The step's own offline answer, which the offline model runs on its thread: a module (its resolved path)
-   * exporting `offlineAnswer(text, input)`, and the input to give it.
+   * Where the step's offline answer lives, for the offline model's thread (a function cannot cross to a thread):
+   * the module that exports the step's definition, the export's name, and the step's input to answer.
    */
-  offline: { module: string; input: unknown };
+  offline: { module: string; exportName: string; input: unknown };
 }
 
 /** A free-text answer: `read` turns the trimmed text (never empty: an empty answer is refused) into the step's value. */
@@ -73,20 +73,28 @@ export interface JsonAnswer<T, A = any> {
   read(parsed: A): T;
 }
 
+/** A free-text answer, read into the step's value. */
+export function textAnswer<T>(read: (text: string) => T): TextAnswer<T> {
+  return { kind: 'text', read };
+}
+
 /** A structured answer, its parsed type inferred from the schema. */
 export function jsonAnswer<A, T>(answer: Omit<JsonAnswer<T, A>, 'kind'>): JsonAnswer<T, A> {
   return { kind: 'json', ...answer };
 }
 
-/** The module a step's offline answer lives in (activities/<step>/offline.ts): what the offline thread runs. */
-export interface OfflineStepModule {
-  offlineAnswer(text: string, input: unknown): unknown;
+/** A step's definition as the offline model's thread finds it in its module: its offline answer. */
+export interface OfflineStep {
+  offline(text: string, input: unknown): unknown;
 }
 
 /** The model port: every model step asks through `ask`. Implementations: offline (embedded) and AiSdkModel (ai-sdk.ts). */
 export interface DocumentModel {
   readonly info: ModelInfo;
-  /** Changes whenever the framing of the prompts changes, so memoised answers to old prompts stop matching. */
+  /**
+   * The version of the framing every request shares (the system line, the document's markers: prompt-frame.ts);
+   * part of every step's identity. A step's own words are in its identity already (src/steps/identity.ts).
+   */
   readonly promptVersion: string;
   ask<T>(request: ModelRequest<T>, text: string, call: ModelCall): Promise<ModelAnswer<T>>;
 }

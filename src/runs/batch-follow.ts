@@ -1,12 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowFailedError } from '@temporalio/client';
 import type { Client, WorkflowHandle } from '@temporalio/client';
-import { batch, batchProgressQuery, progressQuery } from '../../workflows';
-import { describeFailure, OPEN_LISTED } from '../batch-contract';
+import { batch } from '../workflow/batch';
+import { batchProgressQuery, progressQuery } from '../workflow/queries';
+import { describeFailure, OPEN_LISTED } from '../contract/batch';
 import { describePacing } from '../model/pacing-status';
 import type { LimitSettings } from '../model/rate-limit';
 import type { SqlRateLimits } from '../model/rate-limit-store';
-import type { BatchEntry, BatchProgress } from '../batch-contract';
+import type { BatchEntry, BatchProgress } from '../contract/batch';
 import { workflowIdFor } from '../contract';
 import { BatchProgressDisplay } from './batch-progress';
 import type { ProgressOutput } from './batch-progress';

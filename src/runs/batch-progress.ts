@@ -1,5 +1,5 @@
 import { MultiBar, Presets } from 'cli-progress';
-import type { BatchFailure, BatchProgress, BulkProgress } from '../batch-contract';
+import type { BatchFailure, BatchProgress, BulkProgress } from '../contract/batch';
 
 /** Where progress goes: a stream that may be a terminal, and the line printer everything else uses. */
 export interface ProgressOutput {

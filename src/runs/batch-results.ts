@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
-import { describeFailure } from '../batch-contract';
-import type { BatchEntry, BatchProgress, BudgetWaitingDocument, HeldDocument } from '../batch-contract';
+import { describeFailure } from '../contract/batch';
+import type { BatchEntry, BatchProgress, BudgetWaitingDocument, HeldDocument } from '../contract/batch';
 import { workflowIdFor } from '../contract';
 import { formatCost } from '../model/pricing';
 import type { ClientCalls } from './calls';

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { BatchEntry } from '../batch-contract';
+import type { BatchEntry } from '../contract/batch';
 import type { Config } from '../config';
 import type { BlobStore } from '../documents/blobs';
 import { eachDocument, versionOf } from '../documents/files';

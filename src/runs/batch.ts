@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
-import { batch } from '../../workflows';
-import { BATCH_SCHEMA_VERSION, batchIdFor } from '../batch-contract';
-import type { BatchInput, BatchTally } from '../batch-contract';
+import { batch } from '../workflow/batch';
+import { BATCH_SCHEMA_VERSION, batchIdFor } from '../contract/batch';
+import type { BatchInput, BatchTally } from '../contract/batch';
 import { BULK_PROVIDERS } from '../bulk/types';
 import { ConfigError } from '../config';
 import type { Config } from '../config';
@@ -21,7 +21,7 @@ import {
   printOutcomes,
   reviewLines,
 } from './result-table';
-import type { ReviewSettings } from '../review';
+import type { ReviewSettings } from '../contract/review';
 import { describeBudget } from '../model/pacing-status';
 import type { SqlRateLimits } from '../model/rate-limit-store';
 import type { DocumentOutcome } from './result-table';

@@ -2,7 +2,8 @@ import { temporal } from '@temporalio/proto';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { optionalTsToMs } from '@temporalio/common/lib/time';
 import { z } from 'zod';
-import { STEPS, UsageSchema } from '../contract';
+import { UsageSchema } from '../contract';
+import { stepNames } from '../steps/registry';
 import type { StepName, Usage } from '../contract';
 
 type History = temporal.api.history.v1.IHistory;
@@ -78,7 +79,7 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
     const time = optionalTsToMs(event.eventTime);
     const scheduled = event.activityTaskScheduledEventAttributes;
     if (scheduled) {
-      const step = STEPS.find((s) => s === scheduled.activityId);
+      const step = stepNames().find((s) => s === scheduled.activityId);
       if (step === undefined) continue;
       const report: StepReport = {
         ...notStarted(step),
@@ -137,7 +138,7 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
     if (identity) workers.add(identity);
   }
 
-  const steps = STEPS.map((step) => reports.get(step) ?? notStarted(step));
+  const steps = stepNames().map((step) => reports.get(step) ?? notStarted(step));
   return { runId, steps, workers: [...workers] };
 }
 
@@ -313,7 +314,7 @@ export function pendingSteps(
   pending: readonly temporal.api.workflow.v1.IPendingActivityInfo[] | null | undefined,
 ): PendingStep[] {
   return (pending ?? []).flatMap((activity): PendingStep[] => {
-    const step = STEPS.find((s) => s === activity.activityId);
+    const step = stepNames().find((s) => s === activity.activityId);
     if (step === undefined) return [];
     return [
       {

@@ -1,16 +1,16 @@
 import path from 'node:path';
-import { modelOf, STEP_LIST } from '../../activities/steps';
-import { modelName } from '../../activities/step-definition';
-import type { StepDefinition } from '../../activities/step-definition';
-import { modelStepResults } from '../contract';
+import { modelName } from '../steps/define';
+import type { AnyModelStep } from '../steps/define';
+import { registeredModelSteps } from '../steps/registry';
+import { isModelStepFields, modelStepResults } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
-import type { BulkProgress } from '../batch-steps';
+import type { BulkProgress } from '../contract/batch-plain';
 import { formatCost, formatTokens, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
 import { cut, terminalWidth, titleWidth } from './columns';
 import { describeStep, summarizeReports } from './step-outcome';
-import { describeOutcome } from '../review';
+import { describeOutcome } from '../contract/review';
 
 /** One document's line in the table: its result, or why it failed, and its recovery report. */
 export interface DocumentOutcome {
@@ -188,15 +188,15 @@ export function printOutcomes(
     configuredModel?: ModelInfo;
   } = {},
 ): void {
-  // The steps' own columns (activities/steps.ts, `table`), in step order; the last gives way to the terminal's width.
-  const stepColumns = (STEP_LIST as readonly StepDefinition[]).flatMap((step) =>
-    step.table === undefined ? [] : [{ step, header: step.table.header }],
+  // The steps' own columns (each definition's `column`), in step order; the last gives way to the terminal's width.
+  const stepColumns = registeredModelSteps().flatMap((step) =>
+    step.column === undefined ? [] : [{ step, header: step.column.header }],
   );
   const rows = outcomes.map((o) => {
     const steps = o.report?.steps.map((s) => `${s.step}: ${describeStep(s)}`).join('; ') ?? '-';
     const cells = stepColumns.map(({ step }) => {
       const result = o.result === undefined ? undefined : resultOf(o.result, step);
-      return result === undefined ? '-' : (step.table?.cell(result) ?? '-');
+      return result === undefined ? '-' : (step.column?.cell(result) ?? '-');
     });
     return {
       fixed: [o.title, statusCell(o), describeUsage(paidSteps(o)), ...cells],
@@ -241,9 +241,9 @@ export function printOutcomes(
   for (const o of outcomes) {
     const { result } = o;
     if (result === undefined) continue;
-    for (const step of STEP_LIST as readonly StepDefinition[]) {
+    for (const step of registeredModelSteps()) {
       const stepResult = resultOf(result, step);
-      const detail = stepResult === undefined ? undefined : step.table?.detail?.(stepResult);
+      const detail = stepResult === undefined ? undefined : step.column?.detail?.(stepResult);
       if (detail !== undefined) print(`\n${o.title} ${detail}`);
     }
   }
@@ -306,7 +306,13 @@ export function printOutcomes(
   }
   const wanted = configuredModel === undefined ? undefined : modelName(configuredModel);
   const other = new Set(
-    earlier.flatMap((o) => (o.result ? [modelName(modelOf(o.result))] : [])).filter((m) => m !== wanted),
+    earlier
+      .flatMap((o) =>
+        modelStepResults(o.result ?? {})
+          .slice(0, 1)
+          .map((r) => modelName(r.model)),
+      )
+      .filter((m) => m !== wanted),
   );
   if (wanted !== undefined && other.size > 0) {
     print(
@@ -317,8 +323,9 @@ export function printOutcomes(
 }
 
 /** A step's result within a run's result (under its key); undefined when the run has none for it. */
-function resultOf(result: PipelineResult, step: StepDefinition): unknown {
-  return (result as unknown as Record<string, unknown>)[step.resultKey];
+function resultOf(result: PipelineResult, step: AnyModelStep): ModelStepFields | undefined {
+  const found: unknown = (result as Record<string, unknown>)[step.resultKey];
+  return isModelStepFields(found) ? found : undefined;
 }
 
 /**

@@ -4,7 +4,8 @@
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
-import { batch, documentPipeline } from '../../workflows';
+import { DOCUMENT_WORKFLOW } from '../contract';
+import { batch } from '../workflow/batch';
 import { TextRefSchema } from '../contract';
 import type { BlobStore } from '../documents/blobs';
 import type { Stores } from '../store/open';
@@ -20,7 +21,7 @@ import { manifestBlobRefs } from '../documents/manifest';
 export function openRunsQuery(now = new Date()): string {
   const lately = new Date(now.getTime() - CONTINUED_LATELY_MS).toISOString();
   return (
-    `((WorkflowType = '${documentPipeline.name}' OR WorkflowType = '${batch.name}') ` +
+    `((WorkflowType = '${DOCUMENT_WORKFLOW}' OR WorkflowType = '${batch.name}') ` +
     `AND ExecutionStatus = 'Running') OR (WorkflowType = '${batch.name}' ` +
     `AND ExecutionStatus = 'ContinuedAsNew' AND CloseTime > '${lately}')`
   );

@@ -4,8 +4,8 @@ import type { Client } from '@temporalio/client';
 import type { BlobStore } from '../documents/blobs';
 import { closeServer, isLoopbackHost, readBody } from '../lib/loopback';
 import { formatCost } from '../model/pricing';
-import { describeOutcome } from '../review';
-import type { ReviewDecision } from '../review';
+import { describeOutcome } from '../contract/review';
+import type { ReviewDecision } from '../contract/review';
 import { awaitingReview, decide } from './review-queue';
 
 export interface ReviewPageOptions {

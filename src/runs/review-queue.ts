@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { Client } from '@temporalio/client';
-import { reviewQuery, reviewUpdate } from '../../workflows/queries';
-import type { documentPipeline } from '../../workflows';
+import { reviewQuery, reviewUpdate } from '../workflow/queries';
+import type { DocumentPipeline } from '../contract';
 import { workflowIdFor } from '../contract';
-import { AWAITING_REVIEW_QUERY, describeOutcome } from '../review';
-import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../review';
+import { AWAITING_REVIEW_QUERY, describeOutcome } from '../contract/review';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../contract/review';
 
 /** A draft in the reviewer's queue: its run and what the run answers about it. */
 export interface QueuedDraft {
@@ -96,7 +96,7 @@ export async function decide(
 /** How the review of an ended run ended; undefined when it had none, or did not complete. */
 async function endedReview(client: Client, workflowId: string): Promise<ReviewOutcome | undefined> {
   try {
-    const handle = client.workflow.getHandle<typeof documentPipeline>(workflowId);
+    const handle = client.workflow.getHandle<DocumentPipeline>(workflowId);
     if ((await handle.describe()).status.name !== 'COMPLETED') return undefined;
     return (await handle.result()).review;
   } catch {

@@ -1,19 +1,26 @@
 import { randomUUID } from 'node:crypto';
 import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
-import { documentPipeline } from '../../workflows';
 import type { BlobStore } from '../documents/blobs';
 import type { DocumentFile } from '../documents/files';
-import { INPUT_SCHEMA_VERSION, PipelineOptionsSchema, STEPS, workflowIdFor } from '../contract';
+import {
+  DOCUMENT_WORKFLOW,
+  INPUT_SCHEMA_VERSION,
+  PipelineOptionsSchema,
+  PUBLISH_STEP,
+  workflowIdFor,
+} from '../contract';
+import type { DocumentPipeline } from '../contract';
+import { stepNames } from '../steps/registry';
 import { describeRun, settleLatestRun } from './latest-run';
 import type { RunFacts, RunMemo } from './latest-run';
 
 import type { PipelineInput, PipelineOptions, PipelineProgress, StepName, StepState } from '../contract';
 
 /** A handle on a document's pipeline run. */
-export type PipelineHandle = WorkflowHandle<typeof documentPipeline>;
+export type PipelineHandle = WorkflowHandle<DocumentPipeline>;
 /** The handle `workflow.start` returns: it also knows the run ID it started. */
-export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<typeof documentPipeline>;
+export type StartedPipeline = WorkflowHandleWithFirstExecutionRunId<DocumentPipeline>;
 
 export interface Submission {
   document: DocumentFile;
@@ -74,7 +81,7 @@ export async function submitDocument(
     document,
     workflowId,
     runId: run.runId,
-    handle: client.workflow.getHandle<typeof documentPipeline>(workflowId, run.runId),
+    handle: client.workflow.getHandle<DocumentPipeline>(workflowId, run.runId),
     attachedTo,
   });
   let replaced = false;
@@ -87,7 +94,7 @@ export async function submitDocument(
     const sameVersion = latest?.version === version;
     let started: StartedPipeline;
     try {
-      started = await client.workflow.start(documentPipeline, {
+      started = await client.workflow.start<DocumentPipeline>(DOCUMENT_WORKFLOW, {
         taskQueue,
         workflowId,
         args: [input],
@@ -123,11 +130,13 @@ const MARK: Record<StepState, string> = {
 
 /** One line describing step states, e.g. `summarize ✓  tag …  publish ·`. */
 export function describeProgress(progress: PipelineProgress): string {
-  return STEPS.map((name: StepName) => {
-    const line = `${name} ${MARK[progress.steps[name]]}`;
-    // A run with a review shows it before publish: `review ⏸ awaiting`, then how it ended.
-    if (name !== 'publish' || progress.review === undefined) return line;
-    const review = progress.review === 'awaiting' ? '⏸ awaiting' : `✓ ${progress.review}`;
-    return `review ${review}  ${line}`;
-  }).join('  ');
+  return stepNames()
+    .map((name: StepName) => {
+      const line = `${name} ${MARK[progress.steps[name] ?? 'pending']}`;
+      // A run with a review shows it before publish: `review ⏸ awaiting`, then how it ended.
+      if (name !== PUBLISH_STEP || progress.review === undefined) return line;
+      const review = progress.review === 'awaiting' ? '⏸ awaiting' : `✓ ${progress.review}`;
+      return `review ${review}  ${line}`;
+    })
+    .join('  ');
 }

@@ -12,7 +12,7 @@ import type {
   ActivityInterceptorsFactory,
   Next,
 } from '@temporalio/worker';
-import { FailureType } from '../steps';
+import { FailureType } from '../contract/plain';
 import type { PipelineMetrics } from './metrics';
 
 /** Temporal's defaults for an activity retry policy left unset. */

@@ -11,8 +11,8 @@ const ROOT = projectRoot();
 
 /** Where `npm run build` writes the prebuilt workflow bundle. */
 export const WORKFLOW_BUNDLE_PATH = path.join(ROOT, 'dist', 'workflow-bundle.js');
-/** What the bundle is made of: the workflows and the workflow-safe modules they import (absent in an image). */
-const SOURCE_DIRS = [path.join(ROOT, 'workflows'), path.join(ROOT, 'src')];
+/** The kit's sources, which the bundle holds with the workflows that import them (absent in an image). */
+const KIT_DIR = path.join(ROOT, 'src');
 
 /**
  * What a bundle `npm run bundle` writes starts with: the version of the SDK's workflow runtime inside it. A bundle
@@ -37,8 +37,9 @@ function installedWorkflowSdk(): string {
  * it would run yesterday's workflow code.
  */
 export function prebuiltBundle(
+  workflowsPath: string,
   file = WORKFLOW_BUNDLE_PATH,
-  sources: readonly string[] = SOURCE_DIRS,
+  sources: readonly string[] = [path.dirname(workflowsPath), KIT_DIR],
   stamp = bundleStamp(),
 ): { codePath: string } | undefined {
   let built: number;

@@ -43,11 +43,20 @@ export interface ReplayCheck {
   patches: PatchUse[];
 }
 
-/** The patch IDs the workflow code names, with the call that names them (string literals only). */
+/** The kit's workflow side (src/workflow/), bundled with every pipeline's workflows: its patches count too. */
+const KIT_WORKFLOW_DIR = path.join(__dirname, '..', 'workflow');
+
+/**
+ * The patch IDs the workflow code names, with the call that names them (string literals only): the workflows'
+ * folder and the kit's workflow side, which the bundle holds with them.
+ */
 export function patchCallsIn(workflowsPath: string): { patchId: string; call: PatchUse['call'] }[] {
   const dir = fs.statSync(workflowsPath).isDirectory() ? workflowsPath : path.dirname(workflowsPath);
   const found = new Map<string, PatchUse['call']>();
-  for (const entry of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
+  const entries = [dir, KIT_WORKFLOW_DIR].flatMap((folder) =>
+    fs.existsSync(folder) ? fs.readdirSync(folder, { withFileTypes: true, recursive: true }) : [],
+  );
+  for (const entry of entries) {
     if (!entry.isFile() || !/\.[cm]?[jt]s$/.test(entry.name)) continue;
     const source = fs.readFileSync(path.join(entry.parentPath, entry.name), 'utf8');
     for (const [, call, , patchId] of source.matchAll(

@@ -1,13 +1,13 @@
 import { isGrpcServiceError } from '@temporalio/client';
 import type { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
-import { REVIEW_STATUS } from '../review';
+import { REVIEW_STATUS } from '../contract/review';
 
 /** gRPC's status code ALREADY_EXISTS. */
 const GRPC_ALREADY_EXISTS = 6;
 
 /**
- * Registers the review's search attribute (src/review.ts) in `namespace`, where the server lets a client do so
+ * Registers the review's search attribute (src/contract/review.ts) in `namespace`, where the server lets a client do so
  * (the time-skipping test server, a self-hosted cluster); already there, it is left as it is. The dev servers the
  * project starts are told it by a flag instead (src/temporal/tuning.ts).
  */

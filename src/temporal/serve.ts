@@ -1,4 +1,4 @@
-import type { ActivityDependencies } from '../../activities';
+import type { ActivityDependencies } from '../steps/activities';
 import type { Config } from '../config';
 import { createDependencies } from '../dependencies';
 import { dataConverterFor } from './codec';

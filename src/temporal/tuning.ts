@@ -1,4 +1,4 @@
-import { REVIEW_STATUS } from '../review';
+import { REVIEW_STATUS } from '../contract/review';
 
 /**
  * What every Temporal dev server this project starts (the embedded one, `npm run server`, the tests' and the
@@ -38,7 +38,7 @@ export function devServerArgs({ persistent }: { persistent: boolean }): string[]
     '--dynamic-config-value',
     `${key}=${JSON.stringify(value)}`,
   ]);
-  // The search attribute a reviewer's queue is listed by (src/review.ts).
+  // The search attribute a reviewer's queue is listed by (src/contract/review.ts).
   args.push('--search-attribute', `${REVIEW_STATUS.name}=Keyword`);
   if (persistent) {
     for (const [pragma, value] of Object.entries(SQLITE_PRAGMAS))

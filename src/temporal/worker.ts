@@ -2,13 +2,15 @@ import os from 'node:os';
 import { Worker } from '@temporalio/worker';
 import type { DataConverter } from '@temporalio/common';
 import type { InjectedSinks, NativeConnection, WorkerOptions } from '@temporalio/worker';
-import { createActivities } from '../../activities';
-import type { ActivityDependencies } from '../../activities';
+import { createActivities } from '../steps/activities';
+import { registeredPipeline } from '../steps/registry';
+import type { Pipeline } from '../steps/registry';
+import type { ActivityDependencies } from '../steps/activities';
 import { prebuiltBundle } from './bundle';
 import { attemptReporting } from '../telemetry/attempts';
 import { noMetrics } from '../telemetry/metrics';
 import type { PipelineMetrics } from '../telemetry/metrics';
-import type { ReviewSinks } from '../../workflows/review';
+import type { ReviewSinks } from '../workflow/review';
 import { phaseTiming } from '../telemetry/phases';
 import type { PhaseTimer } from '../telemetry/phases';
 import { activeTracing, WORKFLOW_TRACING_MODULE, workerTracing } from '../telemetry/tracing';
@@ -19,6 +21,8 @@ export interface PipelineWorkerOptions {
   namespace: string;
   taskQueue: string;
   deps: ActivityDependencies;
+  /** The steps and workflows to run; by default those the composition root handed in (src/cli/compose.ts). */
+  pipeline?: Pipeline;
   /** Shown in the history as the worker that ran each step; defaults to `<pid>@<host>`. */
   identity?: string;
   /**
@@ -50,17 +54,19 @@ export function workflowInterceptorModules(tracing: Tracing | undefined = active
 /** A worker that runs the pipeline workflow and its activities. */
 export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Worker> {
   const { connection, namespace, taskQueue, deps, identity, dataConverter } = options;
+  const pipeline = options.pipeline ?? registeredPipeline();
   const tracing = 'tracing' in options ? options.tracing : activeTracing();
   const traced = tracing === undefined ? undefined : workerTracing(tracing);
   // `npm run build`'s bundle when it is up to date (it has no tracing interceptors: with tracing on, the worker
   // bundles from source with them); else the workflows are bundled from source at start, as in development.
-  const workflowBundle = options.workflowBundle ?? (tracing === undefined ? prebuiltBundle() : undefined);
+  const workflowBundle =
+    options.workflowBundle ?? (tracing === undefined ? prebuiltBundle(pipeline.workflowsPath) : undefined);
   return Worker.create({
     connection,
     namespace,
     taskQueue,
     identity: identity ?? `${process.pid}@${os.hostname()}`,
-    activities: createActivities(deps),
+    activities: createActivities(pipeline.steps, deps),
     dataConverter,
     shutdownGraceTime: SHUTDOWN_GRACE_MS,
     interceptors: {
@@ -74,9 +80,7 @@ export function createPipelineWorker(options: PipelineWorkerOptions): Promise<Wo
     },
     // What the workflows tell the worker outside their histories: spans (with tracing on), and each review's end.
     sinks: { ...traced?.sinks, ...reviewSinks(deps.metrics ?? noMetrics) },
-    ...(workflowBundle !== undefined
-      ? { workflowBundle }
-      : { workflowsPath: require.resolve('../../workflows') }),
+    ...(workflowBundle !== undefined ? { workflowBundle } : { workflowsPath: pipeline.workflowsPath }),
   });
 }
 

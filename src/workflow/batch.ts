@@ -11,7 +11,7 @@ import {
 } from '@temporalio/workflow';
 import { ApplicationFailure, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { WorkflowIdReusePolicy } from '@temporalio/common';
-import type { PipelineActivities } from '../activities';
+import type { KitActivities } from '../steps/activities';
 import type {
   BatchEntry,
   BatchFailure,
@@ -19,17 +19,18 @@ import type {
   BudgetWaitingDocument,
   HeldDocument,
   ReviewWaitingDocument,
-} from '../src/batch-contract';
+} from '../contract/batch';
 import {
+  countStep,
   describeFailure,
   emptyTally,
   MAX_LISTED_FAILURES,
   OPEN_LISTED,
   tallyResult,
-} from '../src/batch-steps';
-import type { PipelineInput, PipelineResult } from '../src/contract';
-import { FailureType, INPUT_SCHEMA_VERSION, STEPS, workflowIdFor } from '../src/steps';
-import type { StepName } from '../src/steps';
+} from '../contract/batch-plain';
+import type { PipelineInput, PipelineResult } from '../contract';
+import { FailureType, INPUT_SCHEMA_VERSION, workflowIdFor } from '../contract/plain';
+import type { StepName } from '../contract/plain';
 import { newBulkProgress, runBulkPhase } from './bulk';
 import { asRunsOwnCheck } from './checks';
 import {
@@ -40,19 +41,19 @@ import {
   reviewWaitSignal,
 } from './queries';
 
-const { readBatchEntries, inspectRun } = proxyActivities<PipelineActivities>({
+const { readBatchEntries, inspectRun } = proxyActivities<KitActivities>({
   startToCloseTimeout: '1 minute',
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 /** Waiting on another submission's run lasts as long as that run; the heartbeat notices a dead worker. */
-const { awaitRun } = proxyActivities<PipelineActivities>({
+const { awaitRun } = proxyActivities<KitActivities>({
   startToCloseTimeout: '7 days',
   heartbeatTimeout: '30 seconds',
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 
 /** The worker checks the input, as for a document's run (workflows/index.ts): no schemas built in the sandbox. */
-const { checkBatchInput } = proxyLocalActivities<PipelineActivities>({
+const { checkBatchInput } = proxyLocalActivities<KitActivities>({
   startToCloseTimeout: '10 seconds',
   retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
 });
@@ -125,12 +126,7 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
 
   const fail = (entry: BatchEntry, workflowId: string, why: { reason: string; step?: StepName }): void => {
     tally.failed++;
-    if (why.step !== undefined) {
-      tally.steps[why.step].failed++;
-      // Publish runs only after both model steps completed.
-      if (why.step === 'publish')
-        for (const step of STEPS.filter((s) => s !== 'publish')) tally.steps[step].done++;
-    }
+    if (why.step !== undefined) countStep(tally, why.step, 'failed');
     if (failures.length < MAX_LISTED_FAILURES) {
       const failure: BatchFailure = {
         seq: tally.failed,
@@ -182,7 +178,6 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
             note(index, workflowId, 'done earlier');
             tally.done++;
             tally.doneEarlier++;
-            for (const step of STEPS) tally.steps[step].done++;
             return;
           }
           if (verdict.kind === 'running') {

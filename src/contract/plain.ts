@@ -2,17 +2,87 @@
  * The part of the contract that workflow code reads on every run: the task queue, the failure types, the steps and
  * their states, the workflow ID, the input's schema version. Plain values and types, no schema library: in the
  * workflow sandbox every run evaluates the modules it imports afresh, and building the zod schemas of
- * src/contract.ts cost each document's first workflow task ~20 ms (npm run bench). The schemas themselves live in
- * src/contract.ts, which re-exports all of this; workers check inputs and results with them.
+ * ./index.ts cost each document's first workflow task ~20 ms (npm run bench). The schemas themselves live in
+ * ./index.ts, which re-exports all of this; workers check inputs and results with them.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import type { ModelStepFields, PipelineResult } from './contract';
-import { MODEL_STEP_LIST, STEP_LIST } from '../activities/steps';
-import type { ModelStepName, StepName } from '../activities/steps';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
-import type { ReviewOutcomeName, ReviewSettings } from './review';
+import type { ReviewOutcome, ReviewOutcomeName, ReviewSettings } from './review';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
+
+/** Any JSON value: what a step may put into the publication. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** `offline`, or the provider part of MODEL (`openai`, `anthropic`, ...), and the model's name. */
+export type ModelInfo = {
+  provider: string;
+  model: string;
+};
+
+/** A model call's tokens (UsageSchema in ./index.ts says what each counts). */
+export type Usage = {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number | undefined;
+  cacheWriteInputTokens?: number | undefined;
+};
+
+/** What every model step's result carries besides its fields (ModelStepFieldsSchema in ./index.ts, documented there). */
+export type ModelStepFields = {
+  idempotencyKey: string;
+  model: ModelInfo;
+  usage: Usage;
+  memoised: boolean;
+  estimatedCostUsd?: number | null | undefined;
+  rejectedUsage?: Usage | undefined;
+  bulk?: { claim: string; listCostUsd: number | null } | undefined;
+  identity?: string | undefined;
+  changedFrom?: string | undefined;
+};
+
+/** ModelStepFields' names: what a model step's result carries besides the fields it adds to the publication. */
+const FIELD_NAMES = [
+  'idempotencyKey',
+  'model',
+  'usage',
+  'memoised',
+  'estimatedCostUsd',
+  'rejectedUsage',
+  'bulk',
+  'identity',
+  'changedFrom',
+] as const;
+export const MODEL_STEP_FIELD_NAMES: readonly string[] = FIELD_NAMES;
+// Every name of ModelStepFields is listed, and only those: a new field fails to compile until it is listed here.
+const listedAll: [keyof ModelStepFields] extends [(typeof FIELD_NAMES)[number]] ? true : never = true;
+const listedOnly: [(typeof FIELD_NAMES)[number]] extends [keyof ModelStepFields] ? true : never = true;
+void [listedAll, listedOnly];
+
+/** What the publish step returns (PublishResultSchema in ./index.ts, documented there). */
+export type PublishResult = {
+  idempotencyKey: string;
+  target: 'sqlite' | 'postgres' | 'webhook';
+  documentId: string;
+  revision: number;
+  duplicate: boolean;
+  superseded?: boolean | undefined;
+  receiverHonoursKey?: boolean | undefined;
+  changed?: boolean | undefined;
+};
+
+/**
+ * A run's result: the model steps' results under their keys (`summary`, `tags`, ...; `Results`, from the step
+ * list), then the publication's.
+ */
+export type PipelineResult<Results extends object = Record<never, never>> = {
+  documentId: string;
+  title: string;
+  /** Absent only when a review rejected the draft (or its deadline did): nothing was published. */
+  publication?: PublishResult;
+  /** Runs with a review: how it ended (an edit lists what was published in place of the draft). */
+  review?: ReviewOutcome;
+} & Results;
 
 /** Bumped whenever PipelineInput changes shape; older inputs are refused with a message, never guessed at. */
 export const INPUT_SCHEMA_VERSION = 1;
@@ -60,14 +130,14 @@ export const FailureType = {
   BudgetExhausted: 'BudgetExhausted',
 } as const;
 
-/**
- * The steps' names, in order, from the step list (activities/steps.ts). Each name is also the step's explicit
- * activity ID, so idempotency keys read `<runId>:<step>`; progress, reports and the result table read them here.
- */
-export const STEPS: readonly StepName[] = STEP_LIST.map((step) => step.name);
-export type { StepName, ModelStepName };
-/** The steps that call the model (their results carry usage and cost); publish is the effect. */
-export const MODEL_STEPS: readonly ModelStepName[] = MODEL_STEP_LIST.map((step) => step.name);
+/** A step's name: its activity's name and explicit activity ID, so idempotency keys read `<runId>:<step>`. */
+export type StepName = string;
+
+/** The workflow type of a document's pipeline (workflows/index.ts exports it under this name). */
+export const DOCUMENT_WORKFLOW = 'documentPipeline';
+
+/** The publish step's name: the kit carries the publication out (the publisher, the ledger), so it names it. */
+export const PUBLISH_STEP = 'publish';
 
 /**
  * `held`: the publish step's delivery may have landed unanswered, and waits for a verdict (npm run deliveries).
@@ -78,7 +148,8 @@ export const STEP_STATES = ['pending', 'running', 'done', 'failed', 'held', 'bud
 export type StepState = (typeof STEP_STATES)[number];
 export interface PipelineProgress {
   documentId: string;
-  steps: Record<StepName, StepState>;
+  /** The steps that have started, by name; a step not listed is pending. */
+  steps: Partial<Record<StepName, StepState>>;
   /** While the publish step is held: the delivery's key, the one to settle. */
   heldKey?: string;
   /** While a model step waits for its budget to be raised: the budget's ID. */
@@ -131,10 +202,14 @@ export function heldKeyOf(details: readonly unknown[] | undefined | null): strin
   return typeof first.heldKey === 'string' ? first.heldKey : undefined;
 }
 
-/** Every step pending: the progress of a run that has just started. */
+/** The progress of a run that has just started: every step pending. */
 export function initialProgress(documentId: string): PipelineProgress {
-  const steps = Object.fromEntries(STEPS.map((step) => [step, 'pending'])) as Record<StepName, StepState>;
-  return { documentId, steps };
+  return { documentId, steps: {} };
+}
+
+/** The step an idempotency key (`<runId>:<step>`, activities' keys) belongs to. */
+export function stepNameOfKey(key: string): StepName {
+  return key.slice(key.lastIndexOf(':') + 1);
 }
 
 /** The workflow ID for a document: the same document always maps to the same run, so a resubmission attaches. */
@@ -158,7 +233,7 @@ export function refuseOtherSchemaVersions(rawInput: unknown): void {
   }
 }
 
-/** The input a run uses: what PipelineInputSchema returns (the type is checked against it in src/contract.ts). */
+/** The input a run uses: what PipelineInputSchema returns (the type is checked against it in src/contract/index.ts). */
 export interface CompletePipelineInput {
   schemaVersion: typeof INPUT_SCHEMA_VERSION;
   documentId: string;
@@ -166,7 +241,7 @@ export interface CompletePipelineInput {
   title: string;
   options: Record<OptionName, number>;
   budget?: BudgetInput;
-  /** A person reviews the draft before it is published (src/review.ts). */
+  /** A person reviews the draft before it is published (src/contract/review.ts). */
   review?: ReviewSettings;
 }
 
@@ -198,7 +273,7 @@ export function isCompletePipelineInput(input: unknown): input is CompletePipeli
   });
 }
 
-/** What ReviewSettingsSchema accepts, exactly (src/contract.ts). */
+/** What ReviewSettingsSchema accepts, exactly (src/contract/index.ts). */
 function isReviewSettings(value: unknown): boolean {
   if (!isPlainRecord(value) || !hasExactly(value, ['timeoutMinutes', 'onTimeout'])) return false;
   const { timeoutMinutes, onTimeout } = value;
@@ -211,7 +286,7 @@ function isReviewSettings(value: unknown): boolean {
   );
 }
 
-/** What BudgetInputSchema accepts, exactly (src/contract.ts). */
+/** What BudgetInputSchema accepts, exactly (src/contract/index.ts). */
 function isBudgetInput(value: unknown): boolean {
   if (!isPlainRecord(value) || typeof value.id !== 'string' || !BUDGET_ID.test(value.id)) return false;
   const measures = Object.keys(value).filter((k) => k !== 'id');
@@ -240,7 +315,7 @@ function hasExactly(record: Record<string, unknown>, keys: readonly string[]): b
  * result is a model step's when it has ModelStepFieldsSchema's fields (checked here without the schema, so the
  * batch workflow can sum them in the sandbox; test/input-check.test.ts holds the check to the schema).
  */
-export function modelStepResults(result: PipelineResult): ModelStepFields[] {
+export function modelStepResults(result: object): ModelStepFields[] {
   return Object.values(result as Record<string, unknown>).filter((value) => isModelStepFields(value));
 }
 

@@ -1,15 +1,14 @@
 /**
  * The part of the batch's contract that the batch workflow reads on every run: its constants, what it answers
  * about its progress, its tally's arithmetic and how a failure is worded. Plain values and types, no schema
- * library, for the reason src/steps.ts gives (every run evaluates the modules it imports afresh; the pipeline's
+ * library, for the reason src/contract/plain.ts gives (every run evaluates the modules it imports afresh; the pipeline's
  * runs evaluate this one too, since workflows/index.ts exports the batch). The schemas live in
- * src/batch-contract.ts, which re-exports all of this.
+ * src/contract/batch.ts, which re-exports all of this.
  */
 import { ActivityFailure, ChildWorkflowFailure, TimeoutFailure, TimeoutType } from '@temporalio/common';
-import { modelStepResults, STEPS } from './steps';
-import type { PipelineResult } from './contract';
-import type { StepName } from './steps';
-import type { BatchFailure, BatchTally } from './batch-contract';
+import { modelStepResults, stepNameOfKey } from './plain';
+import type { PipelineResult, StepName } from './plain';
+import type { BatchFailure, BatchTally } from './batch';
 
 /** Bumped whenever BatchInput changes shape; older inputs are refused with a message, never guessed at. */
 export const BATCH_SCHEMA_VERSION = 1;
@@ -152,7 +151,6 @@ export function addBulkTotals(totals: BulkTotals, more: BulkTotals): void {
 }
 
 export function emptyTally(): BatchTally {
-  const steps = Object.fromEntries(STEPS.map((s) => [s, { done: 0, failed: 0 }])) as BatchTally['steps'];
   return {
     done: 0,
     failed: 0,
@@ -160,7 +158,7 @@ export function emptyTally(): BatchTally {
     doneEarlier: 0,
     attached: 0,
     replaced: 0,
-    steps,
+    steps: {},
     inputTokens: 0,
     outputTokens: 0,
     costUsd: 0,
@@ -168,13 +166,21 @@ export function emptyTally(): BatchTally {
   };
 }
 
-/** What a finished document adds to the tally: every step done, its tokens, cost and memo reuse. */
+/** Counts one step of a document as done or failed. */
+export function countStep(tally: BatchTally, step: StepName, outcome: 'done' | 'failed'): void {
+  const count = (tally.steps[step] ??= { done: 0, failed: 0 });
+  count[outcome]++;
+}
+
+/** What a finished document adds to the tally: each step it did, its tokens, cost and memo reuse. */
 export function tallyResult(tally: BatchTally, result: PipelineResult): void {
   tally.done++;
   if (result.publication === undefined) tally.rejected = (tally.rejected ?? 0) + 1;
   if (result.publication?.superseded === true) tally.superseded++;
-  for (const step of STEPS)
-    if (step !== 'publish' || result.publication !== undefined) tally.steps[step].done++;
+  for (const answer of modelStepResults(result))
+    countStep(tally, stepNameOfKey(answer.idempotencyKey), 'done');
+  if (result.publication !== undefined)
+    countStep(tally, stepNameOfKey(result.publication.idempotencyKey), 'done');
   for (const answer of modelStepResults(result)) {
     tally.inputTokens += answer.usage.inputTokens + (answer.rejectedUsage?.inputTokens ?? 0);
     tally.outputTokens += answer.usage.outputTokens + (answer.rejectedUsage?.outputTokens ?? 0);
@@ -216,8 +222,7 @@ export function describeFailure(err: unknown): { reason: string; step: StepName 
   let current: unknown = err;
   while (isWrapper(current) && current.cause instanceof Error) {
     if (current instanceof ActivityFailure) {
-      const { activityType } = current;
-      step = STEPS.find((s) => s === activityType) ?? step;
+      step = current.activityType ?? step;
     }
     current = current.cause;
   }

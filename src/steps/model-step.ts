@@ -1,26 +1,37 @@
 import { Context, log } from '@temporalio/activity';
 import type { Info } from '@temporalio/activity';
 import type { Attributes } from '@opentelemetry/api';
-import type { z } from 'zod';
-import { claimantName } from '../src/lib/claimant';
-import { memoKeyFor, memoRequestHash } from '../src/model/memo';
-import type { AnswerMemo, MemoRequest } from '../src/model/memo';
-import { MemoCall, paidUsageOf } from '../src/model/memo-call';
-import type { MemoAnswer } from '../src/model/memo-call';
-import { estimateCost } from '../src/model/pricing';
-import type { PriceTable } from '../src/model/pricing';
-import type { BudgetRef } from '../src/model/rate-limit-store';
-import type { DocumentModel, ModelAnswer, ModelCall } from '../src/model/types';
-import type { StepName, Usage } from '../src/contract';
-import type { TextSource } from '../src/documents/text-source';
-import { noMetrics } from '../src/telemetry/metrics';
-import type { PipelineMetrics } from '../src/telemetry/metrics';
-import { timed } from '../src/telemetry/phases';
-import { genAiRequestAttributes, genAiUsageAttributes, inSpan } from '../src/telemetry/spans';
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+import { claimantName } from '../lib/claimant';
+import type { AnswerMemo, MemoRequest } from '../model/memo';
+import { MemoCall, paidUsageOf } from '../model/memo-call';
+import type { MemoAnswer } from '../model/memo-call';
+import { estimateCost } from '../model/pricing';
+import type { PriceTable } from '../model/pricing';
+import type { BudgetRef } from '../model/rate-limit-store';
+import type { DocumentModel, ModelAnswer } from '../model/types';
+import { BudgetInputSchema, DocumentIdSchema, FailureType, TextRefSchema } from '../contract';
+import type { ModelStepFields, Usage } from '../contract';
+import type { TextSource } from '../documents/text-source';
+import { noMetrics } from '../telemetry/metrics';
+import type { PipelineMetrics } from '../telemetry/metrics';
+import { timed } from '../telemetry/phases';
+import { genAiRequestAttributes, genAiUsageAttributes, inSpan } from '../telemetry/spans';
 import { HEARTBEAT_EVERY_MS, withHeartbeats } from './heartbeat';
 import { idempotencyKey } from './idempotency';
+import { stepInput } from './check-input';
+import type { AnyModelStep, DocumentStepInput, ModelStepResultOf, StepFields } from './define';
+import { memoRequestFor } from './identity';
 
-/** What the two model steps need: the model, the memo of paid answers, the texts, prices, and the budgets. */
+/** What the kit gives every model step besides its own input (DocumentStepInput), as the worker checks it. */
+const DocumentStepInputSchema = z.object({
+  documentId: DocumentIdSchema,
+  textRef: TextRefSchema,
+  budget: BudgetInputSchema.optional(),
+});
+
+/** What every model step needs: the model, the memo of paid answers, the texts, prices, and the budgets. */
 export interface ModelStepDependencies {
   model: DocumentModel;
   memo: AnswerMemo;
@@ -37,39 +48,72 @@ export interface ModelStepDependencies {
 /** A model step's answer: the value, its tokens and cost for this run (refused answers too), and whether it was reused. */
 export type ModelStepAnswer<T> = MemoAnswer<T>;
 
-/** What a model step asks for: its name, the text by reference, what shapes the answer besides it, and its shape. */
-export interface ModelStepOptions<T> {
-  step: StepName;
-  textRef: string;
-  input: object;
-  valueSchema: z.ZodType<T>;
-  /** The run's or batch's budget the call draws on (not part of what shapes the answer, so not of the memo key). */
-  budget?: BudgetRef | undefined;
+/**
+ * A model step's activity, from its definition: check the input, read the text by reference, get the answer
+ * through the memo of paid answers while heartbeating, check the answer, and return the step's fields with the
+ * key, model, tokens and cost. The memo key is the step's identity and input (src/steps/identity.ts), so a
+ * resubmitted document reuses what a failed run paid for, a changed step is asked again, and a different request
+ * is never answered with another's answer.
+ */
+export function modelStepActivity<D extends AnyModelStep>(step: D, deps: ModelStepDependencies) {
+  const inputSchema = DocumentStepInputSchema.extend(ownShape(step)).strict();
+  const activity = async (rawInput: unknown): Promise<ModelStepResultOf<D>> => {
+    // The schema is the document's fields extended with the step's own: zod types the extension loosely.
+    const checked = stepInput(inputSchema, rawInput, `${step.name} input`) as DocumentStepInput &
+      Record<string, unknown>;
+    // The document ID is in the step's key already (its workflow ID); what shapes the answer is the text.
+    const { documentId: _documentId, textRef, budget, ...own } = checked;
+    const { fields, ...answer } = await askThroughMemo(deps, step, { textRef, budget, own });
+    const problem = step.refuse?.(fields);
+    if (problem !== undefined)
+      throw ApplicationFailure.create({
+        type: FailureType.InvalidDocument,
+        nonRetryable: true,
+        message: `document ${textRef}: ${problem}`,
+      });
+    return { ...fields, ...answer } as ModelStepResultOf<D>;
+  };
+  // The activity is registered under the step's name; so it reads in stack traces and logs too.
+  Object.defineProperty(activity, 'name', { value: step.name });
+  return activity;
 }
 
-/**
- * The body every model step shares: read the text by reference, then get the answer through the memo of paid
- * answers while heartbeating (src/model/memo-call.ts). `input` is what shapes the answer besides the text
- * (maxSentences, maxTags); with the text, the model and its prompt version it makes the memo key, so a resubmitted
- * document reuses what a failed run paid for, and a different request is never answered with another's answer.
- */
-export async function runModelStep<T>(
+/** The step's own input fields, as a zod shape (its `input` is an object schema). */
+function ownShape(step: AnyModelStep): z.ZodRawShape {
+  const schema: unknown = step.input;
+  if (schema instanceof z.ZodObject) return schema.shape;
+  throw new Error(`step "${step.name}": its input must be a z.object({...}) of the step's own fields`);
+}
+
+interface Asked {
+  textRef: string;
+  budget: BudgetRef | undefined;
+  own: object;
+}
+
+/** The answer to the step's request for this attempt: from the memo, or paid for once under the memo's claim. */
+async function askThroughMemo(
   deps: ModelStepDependencies,
-  { step, textRef, input, valueSchema, budget }: ModelStepOptions<T>,
-  ask: (text: string, call: ModelCall) => Promise<ModelAnswer<T>>,
-): Promise<ModelStepAnswer<T> & { idempotencyKey: string }> {
+  step: AnyModelStep,
+  { textRef, budget, own }: Asked,
+): Promise<Omit<ModelStepAnswer<StepFields>, 'value'> & ModelStepFields & { fields: StepFields }> {
   const attemptStarted = Date.now();
   const { info } = Context.current();
   const key = idempotencyKey(info);
-  const request = memoRequestOf(deps.model, info, key, step, { textRef, ...input });
-  const pacing = { step, workflowId: request.workflowId, budget, ...deadlinesOf(info, attemptStarted) };
+  const workflowId = info.workflowExecution?.workflowId ?? info.activityId;
+  const memoRequest = memoRequestFor(step, { textRef, ...own }, deps.model, {
+    workflowId,
+    runId: info.workflowExecution?.runId ?? key,
+  });
+  const { request, identity } = memoRequest;
+  const pacing = { step: step.name, workflowId, budget, ...deadlinesOf(info, attemptStarted) };
   const text = await timed('text read', () => deps.texts.read(textRef));
-  const paid = new PaidCalls(deps, step, key);
+  const paid = new PaidCalls(deps, step.name, key);
   // Dedupe before effect: the attempt claims the step's memo entry, and only the claim's owner calls the model.
-  const answer = await withHeartbeats((signal) =>
-    memoCallOf(deps, request, valueSchema, `attempt-${info.attempt}`, signal).answer((retryHint) =>
+  const { value, ...answer } = await withHeartbeats((signal) =>
+    memoCallOf(deps, memoRequest, step.fields, `attempt-${info.attempt}`, signal).answer((retryHint) =>
       paid.call(() =>
-        ask(text, {
+        deps.model.ask(request, text, {
           idempotencyKey: key,
           signal: callSignal(signal, attemptStarted),
           ...(retryHint === undefined ? {} : { retryHint }),
@@ -78,33 +122,34 @@ export async function runModelStep<T>(
       ),
     ),
   );
-  if (paid.count === 0) (deps.metrics ?? noMetrics).memoHit(step);
-  return { ...answer, idempotencyKey: key };
+  if (paid.count === 0) (deps.metrics ?? noMetrics).memoHit(step.name);
+  const changedFrom = answer.memoised ? undefined : await previousIdentity(deps, memoRequest, identity);
+  return {
+    fields: value as StepFields,
+    ...answer,
+    idempotencyKey: key,
+    identity,
+    ...(changedFrom === undefined ? {} : { changedFrom }),
+  };
 }
 
-/** Which request the memo entry answers: the workflow ID (not the run's), the step, and what shapes the answer. */
-function memoRequestOf(
-  model: DocumentModel,
-  info: Info,
-  key: string,
-  step: StepName,
-  input: object,
-): MemoRequest {
-  const workflowId = info.workflowExecution?.workflowId ?? info.activityId;
-  const requestHash = memoRequestHash({ step, input, model: model.info, promptVersion: model.promptVersion });
-  return {
-    memoKey: memoKeyFor(workflowId, step, requestHash),
-    workflowId,
-    runId: info.workflowExecution?.runId ?? key,
-    step,
-    requestHash,
-  };
+/** The identity of this document's earlier answer to the step, when it was another: the step changed since. */
+async function previousIdentity(
+  deps: ModelStepDependencies,
+  request: MemoRequest,
+  identity: string,
+): Promise<string | undefined> {
+  const previous = await deps.memo.previousAnswer(request.workflowId, request.step, request.memoKey);
+  if (previous === undefined) return undefined;
+  // Entries stored before identities were recorded changed too: they are under the old keys.
+  const before = previous.identity ?? 'unrecorded';
+  return before === identity ? undefined : before;
 }
 
 /** This attempt's way to the answer through the memo, under a claim named for the attempt. */
 function memoCallOf<T>(
   deps: ModelStepDependencies,
-  request: MemoRequest,
+  request: MemoRequest & { identity?: string },
   valueSchema: z.ZodType<T>,
   attempt: string,
   signal: AbortSignal,
@@ -114,6 +159,7 @@ function memoCallOf<T>(
     memo: deps.memo,
     model: deps.model.info,
     valueSchema,
+    identity: request.identity,
     owner: claimantName(attempt),
     signal,
     log,
@@ -136,7 +182,7 @@ class PaidCalls {
 
   constructor(
     private readonly deps: ModelStepDependencies,
-    private readonly step: StepName,
+    private readonly step: string,
     key: string,
   ) {
     const { provider, model } = deps.model.info;

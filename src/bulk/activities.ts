@@ -5,29 +5,24 @@
  * (bulkCancel). Each call is short: the day-long wait is the workflow's, not an activity's.
  */
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
-import type { BatchEntry } from '../src/batch-contract';
-import type { BulkClaim, BulkCollected, SqlBulkClaims } from '../src/bulk/claims';
-import type {
-  BatchApi,
-  BulkLine,
-  BulkOutcome,
-  BulkRequestRecord,
-  ProviderBatchState,
-} from '../src/bulk/types';
-import { customIdFor } from '../src/bulk/types';
-import { FailureType, workflowIdFor } from '../src/contract';
-import type { PipelineOptions, Usage } from '../src/contract';
-import type { BlobStore } from '../src/documents/blobs';
-import { ManifestReader } from '../src/documents/manifest';
-import type { TextSource } from '../src/documents/text-source';
-import { memoKeyFor, memoRequestHash } from '../src/model/memo';
-import type { AnswerMemo, MemoRequest } from '../src/model/memo';
-import { estimateCost } from '../src/model/pricing';
-import type { PriceTable } from '../src/model/pricing';
-import type { BudgetRef } from '../src/model/rate-limit-store';
-import type { DocumentModel, ModelRequest } from '../src/model/types';
-import { withHeartbeats } from './heartbeat';
-import { MODEL_STEP_LIST } from './steps';
+import type { BatchEntry } from '../contract/batch';
+import type { BulkClaim, BulkCollected, SqlBulkClaims } from './claims';
+import type { BatchApi, BulkLine, BulkOutcome, BulkRequestRecord, ProviderBatchState } from './types';
+import { customIdFor } from './types';
+import { FailureType, workflowIdFor } from '../contract';
+import type { PipelineOptions, Usage } from '../contract';
+import type { BlobStore } from '../documents/blobs';
+import { ManifestReader } from '../documents/manifest';
+import type { TextSource } from '../documents/text-source';
+import type { AnswerMemo, MemoRequest } from '../model/memo';
+import { estimateCost } from '../model/pricing';
+import type { PriceTable } from '../model/pricing';
+import type { BudgetRef } from '../model/rate-limit-store';
+import type { DocumentModel, ModelRequest } from '../model/types';
+import { withHeartbeats } from '../steps/heartbeat';
+import { modelSteps } from '../steps/define';
+import type { StepList } from '../steps/define';
+import { memoRequestFor } from '../steps/identity';
 
 /** What bulk mode needs: the provider's batch API and the claims, beside the model steps' parts. */
 export interface BulkDependencies {
@@ -64,19 +59,29 @@ export interface BulkSubmitted {
   answeredBefore: number;
 }
 
-/** A step's bulk export (activities/<step>/index.ts): the input that shapes its answer, and the request it makes. */
-interface BulkStepModule {
-  bulk: {
-    input(options: PipelineOptions): Record<string, unknown>;
-    request(input: never): ModelRequest<unknown>;
-  };
-}
-
 /** How long a claim on a memo entry lasts while a collected answer is stored (bulk answers need no call). */
 const STORE_LEASE_MS = 60_000;
 
-export function createBulkActivities(deps: BulkDependencies) {
+export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
   const manifests = new ManifestReader(deps.blobs);
+  // A model step without a `bulk` input is asked one by one, by the document's own run.
+  const bulkSteps = modelSteps(steps).filter((step) => step.bulk !== undefined);
+  /** The request a record makes: its step's, from the input the record keeps. */
+  const requestOf = (record: BulkRequestRecord): ModelRequest<unknown> => {
+    const step = bulkSteps.find((s) => s.name === record.step);
+    if (step === undefined)
+      throw ApplicationFailure.create({
+        type: FailureType.InvalidInput,
+        nonRetryable: true,
+        message:
+          `a provider batch holds requests of step "${record.step}", which this worker's step list has no bulk ` +
+          'input for: run workers whose step list has it until the batch is collected',
+      });
+    return memoRequestFor(step, { textRef: record.textRef, ...record.input }, deps.model, {
+      workflowId: record.workflowId,
+      runId: '',
+    }).request;
+  };
   const parts = (): { api: BatchApi; claims: SqlBulkClaims } => {
     if (deps.bulk !== undefined) return deps.bulk;
     throw ApplicationFailure.create({
@@ -91,11 +96,7 @@ export function createBulkActivities(deps: BulkDependencies) {
 
   /** The runs' memo requests in bulk: each document's model steps, as their activities will ask. */
   const requestsOf = async (input: BulkSubmitInput): Promise<BulkRequestRecord[]> => {
-    // A model step whose folder exports no `bulk` is asked one by one, by the document's own run.
-    const steps = MODEL_STEP_LIST.flatMap((step) => {
-      const module = bulkModuleOf(step.name);
-      return module === undefined ? [] : [{ name: step.name, input: module.bulk.input(input.pipeline) }];
-    });
+    const asked = bulkSteps.map((step) => ({ step, input: step.bulk?.(input.pipeline) ?? {} }));
     const records: BulkRequestRecord[] = [];
     const seen = new Set<string>();
     for (let offset = 0; offset < input.total; offset += 500) {
@@ -106,14 +107,17 @@ export function createBulkActivities(deps: BulkDependencies) {
       );
       for (const entry of entries) {
         const workflowId = workflowIdFor(entry.documentId);
-        for (const step of steps) {
-          const requestHash = memoRequestHash({
-            step: step.name,
-            input: { textRef: entry.textRef, ...step.input },
-            model: deps.model.info,
-            promptVersion: deps.model.promptVersion,
-          });
-          const memoKey = memoKeyFor(workflowId, step.name, requestHash);
+        for (const { step, input: own } of asked) {
+          // The entry the document's own step will look up (memoRequestFor is the one place keys are built).
+          const { memoKey, requestHash, identity } = memoRequestFor(
+            step,
+            { textRef: entry.textRef, ...own },
+            deps.model,
+            {
+              workflowId,
+              runId: bulkRunId(input.batchId),
+            },
+          );
           // One request a memo key: a document listed twice with the same text is asked once, answered for both.
           if (seen.has(memoKey)) continue;
           seen.add(memoKey);
@@ -124,7 +128,8 @@ export function createBulkActivities(deps: BulkDependencies) {
             step: step.name,
             requestHash,
             textRef: entry.textRef,
-            input: step.input,
+            input: own,
+            identity,
           });
         }
       }
@@ -317,6 +322,7 @@ async function store(
       usage: outcome.usage,
       model: deps.model.info,
       bulkClaim: claim.claimKey,
+      ...(record.identity === undefined ? {} : { identity: record.identity }),
     });
     return;
   }
@@ -375,28 +381,4 @@ class CollectTally {
       listCostUsd: this.listCostUsd,
     };
   }
-}
-
-/** The request a record makes: its step's, from the input the record keeps. */
-function requestOf(record: BulkRequestRecord): ModelRequest<unknown> {
-  return stepModule(record.step).bulk.request(record.input as never);
-}
-
-function stepModule(name: string): BulkStepModule {
-  const module = bulkModuleOf(name);
-  if (module !== undefined) return module;
-  throw ApplicationFailure.create({
-    type: FailureType.InvalidInput,
-    nonRetryable: true,
-    message: `activities/${name}/index.ts exports no bulk { input, request }, yet a provider batch holds its requests`,
-  });
-}
-
-/** A step's folder, when it exports what bulk mode asks with (activities/<step>/index.ts's `bulk`). */
-function bulkModuleOf(name: string): BulkStepModule | undefined {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the folder the step list names
-  const loaded = require(`./${name}`) as Partial<BulkStepModule>;
-  return typeof loaded.bulk?.input === 'function' && typeof loaded.bulk.request === 'function'
-    ? (loaded as BulkStepModule)
-    : undefined;
 }

@@ -8,9 +8,9 @@ import {
 } from '@temporalio/workflow';
 import type { Sinks } from '@temporalio/workflow';
 import { ApplicationFailure } from '@temporalio/common';
-import { decisionProblem, describeOutcome, normalizeDecision, REVIEW_STATUS } from '../src/review';
-import type { ReviewDecision, ReviewDraft, ReviewOutcome, ReviewSettings } from '../src/review';
-import type { PipelineProgress } from '../src/steps';
+import { decisionProblem, describeOutcome, normalizeDecision, REVIEW_STATUS } from '../contract/review';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome, ReviewSettings } from '../contract/review';
+import type { PipelineProgress } from '../contract/plain';
 import { reviewQuery, reviewUpdate } from './queries';
 
 /** What the worker records of each review (src/telemetry/metrics.ts); sinks are not called on replay. */

@@ -1,7 +1,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import type { BatchProgress } from '../src/batch-contract';
-import type { BudgetNotice, HeldNotice, PipelineProgress, ReviewNotice } from '../src/steps';
-import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../src/review';
+import type { BatchProgress } from '../contract/batch';
+import type { BudgetNotice, HeldNotice, PipelineProgress, ReviewNotice } from '../contract/plain';
+import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../contract/review';
 
 /** Live step states, for progress displays; answered from workflow memory, no history read needed. */
 export const progressQuery = defineQuery<PipelineProgress>('progress');
@@ -28,7 +28,7 @@ export const budgetWaitSignal = defineSignal<[BudgetNotice]>('budgetWait');
 export const budgetRaisedSignal = defineSignal('budgetRaised');
 
 /**
- * A reviewer's decision on a run that awaits review (src/review.ts): validated before it is accepted, so a malformed
+ * A reviewer's decision on a run that awaits review (src/contract/review.ts): validated before it is accepted, so a malformed
  * or late decision is refused with a reason and leaves no trace in the history. The first decision wins; the same
  * update ID sent again gets the first one's answer from the server.
  */

@@ -1,8 +1,8 @@
 /**
  * The contract of the workflow and its steps: each step's input and result schemas (one section per step), the
  * workflow's input and result, and the validation that turns bad input into a clear, non-retryable failure; with
- * the names and constants of src/steps.ts, re-exported here. Activities and clients read it; the workflows read
- * only src/steps.ts (the worker checks their inputs, see checkPipelineInput), so no run builds these schemas in
+ * the names and constants of src/contract/plain.ts, re-exported here. Activities and clients read it; the workflows read
+ * only src/contract/plain.ts (the worker checks their inputs, see checkPipelineInput), so no run builds these schemas in
  * the sandbox. No Node builtins, no I/O.
  */
 import { ApplicationFailure } from '@temporalio/common';
@@ -16,13 +16,20 @@ import {
   STEP_STATES,
   TEXT_REF,
   TITLE_LENGTH,
-} from './steps';
-import type { CompletePipelineInput, OptionName } from './steps';
-import type { ModelStepResults } from '../activities/steps';
+} from './plain';
+import type {
+  CompletePipelineInput,
+  JsonValue,
+  ModelInfo,
+  ModelStepFields,
+  OptionName,
+  PipelineResult,
+  PublishResult,
+  Usage,
+} from './plain';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
-import type { ReviewOutcome } from './review';
 
-export * from './steps';
+export * from './plain';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Building blocks every step uses
@@ -51,14 +58,12 @@ export const UsageSchema = z.object({
   /** Of inputTokens, those written to the prompt cache (Anthropic's `cache_creation_input_tokens`), priced higher. */
   cacheWriteInputTokens: z.number().int().min(0).optional(),
 });
-export type Usage = z.infer<typeof UsageSchema>;
 
 export const ModelInfoSchema = z.object({
   /** `offline`, or the provider part of MODEL (`openai`, `anthropic`, ...): a provider is one file in src/model/. */
   provider: z.string().min(1),
   model: z.string(),
 });
-export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 
 /** What every model step's result carries besides its answer: the key, the model, the tokens and the cost. */
 const ModelStepFields = {
@@ -79,10 +84,16 @@ const ModelStepFields = {
    * that batch, and what the same answers would have cost one call each (null without a price).
    */
   bulk: z.object({ claim: z.string(), listCostUsd: z.number().min(0).nullable() }).optional(),
+  /** The step's identity when it was asked (src/steps/identity.ts); absent in results recorded before it. */
+  identity: z.string().optional(),
+  /**
+   * The step was asked again because it changed: the identity under which the memo held this document's earlier
+   * answer. Absent when the answer was reused, or the step had not answered this document before.
+   */
+  changedFrom: z.string().optional(),
 };
 
 export const ModelStepFieldsSchema = z.object(ModelStepFields);
-export type ModelStepFields = z.infer<typeof ModelStepFieldsSchema>;
 
 // ---------------------------------------------------------------------------------------------------------------
 // What every step's input may carry; each step's own input and result are in its folder (activities/<step>/)
@@ -106,8 +117,6 @@ export const BudgetInputSchema = z
 // Step: publish (the one external effect)
 // ---------------------------------------------------------------------------------------------------------------
 
-/** Any JSON value: what a step may put into the publication. */
-export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 export const JsonValueSchema: z.ZodType<JsonValue> = z.lazy(() =>
   z.union([
     z.string(),
@@ -144,11 +153,11 @@ export const PublishInputSchema = z
     /**
      * The run whose key the delivery goes under, when it is not this one: a run whose delivery is held continues
      * as new before its history grows too long (workflows/index.ts), and the next run must send the delivery under
-     * the key the first run sent it with (activities/idempotency.ts says why). Absent on every other path.
+     * the key the first run sent it with (src/steps/idempotency.ts says why). Absent on every other path.
      */
     keyRunId: z.string().min(1).max(100).optional(),
   })
-  // Each step's own fields (activities/steps.ts, `publishes`: `summary`, `tags`, ...), as JSON values.
+  // Each step's own fields (activities/index.ts, `publishes`: `summary`, `tags`, ...), as JSON values.
   .catchall(JsonValueSchema);
 export type PublishInput = z.infer<typeof PublishInputSchema>;
 export const PublishResultSchema = z.object({
@@ -166,8 +175,12 @@ export const PublishResultSchema = z.object({
   superseded: z.boolean().optional(),
   /** Webhook only: true when the receiver echoed the Idempotency-Key, so it is known to dedupe by it. */
   receiverHonoursKey: z.boolean().optional(),
+  /**
+   * The publication store only: whether what was published differs from the document's previous revision (a
+   * rerun whose changed step answered otherwise). Absent for a first revision, a duplicate, and a webhook.
+   */
+  changed: z.boolean().optional(),
 });
-export type PublishResult = z.infer<typeof PublishResultSchema>;
 
 // ---------------------------------------------------------------------------------------------------------------
 // The workflow: its input, result and progress
@@ -206,7 +219,7 @@ export const PipelineInputSchema = z
     options: PipelineOptionsSchema.default(() => PipelineOptionsSchema.parse({})),
     /** What the run's model calls may spend; a batch's runs share the batch's budget. */
     budget: BudgetInputSchema.optional(),
-    /** A person approves, edits or rejects the draft before it is published (src/review.ts, docs/review.md). */
+    /** A person approves, edits or rejects the draft before it is published (src/contract/review.ts, docs/review.md). */
     review: ReviewSettingsSchema.optional(),
   })
   .strict();
@@ -222,21 +235,14 @@ const fastPathType: [CheckedPipelineInput, CompletePipelineInput] extends [
   : never = true;
 void fastPathType;
 
-/** A run's result: the model steps' results under their keys (`summary`, `tags`, ...), then the publication's. */
-export type PipelineResult = {
-  documentId: string;
-  title: string;
-  /** Absent only when a review rejected the draft (or its deadline did): nothing was published. */
-  publication?: PublishResult;
-  /** Runs with a review: how it ended (an edit lists what was published in place of the draft). */
-  review?: ReviewOutcome;
-} & ModelStepResults;
-
 /** The results of the steps before publish, as a run's result holds them (carried across continue-as-new). */
-export type StepResultsBeforePublish = Omit<
-  PipelineResult,
-  'documentId' | 'title' | 'publication' | 'review'
->;
+export type StepResultsBeforePublish = Record<string, ModelStepFields>;
+
+/** A document's pipeline workflow, as the kit's client starts and queries it by DOCUMENT_WORKFLOW. */
+export type DocumentPipeline = (
+  rawInput: unknown,
+  continuation?: PipelineContinuation,
+) => Promise<PipelineResult>;
 
 /**
  * A held delivery handed to the next run when its run continues as new: what publish sends (its key's run
@@ -290,3 +296,13 @@ export function describeIssues(error: z.ZodError): string {
     })
     .join('; ');
 }
+
+/** Compile-time proof that the plain types of ./plain.ts (what workflow code reads) are what the schemas check. */
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
+const plainTypes: [
+  Same<z.infer<typeof UsageSchema>, Usage>,
+  Same<z.infer<typeof ModelInfoSchema>, ModelInfo>,
+  Same<z.infer<typeof ModelStepFieldsSchema>, ModelStepFields>,
+  Same<z.infer<typeof PublishResultSchema>, PublishResult>,
+] = [true, true, true, true];
+void plainTypes;

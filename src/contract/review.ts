@@ -1,11 +1,11 @@
 /**
  * A person's review before publish: what the run waits in, what a reviewer sends and what the run answers. Plain
- * values and types, no schema library (workflow code reads this on every run, as it reads src/steps.ts); the
+ * values and types, no schema library (workflow code reads this on every run, as it reads src/contract/plain.ts); the
  * decision is checked here by hand, in the update's validator, so a malformed decision is refused before anything
  * is written to the history.
  */
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
-import type { JsonValue, ModelInfo } from './contract';
+import type { JsonValue, ModelInfo } from './plain';
 
 /**
  * The search attribute a run waiting for review is found by: `awaiting` while it waits, then how it ended

@@ -1,20 +1,20 @@
 import { CancellationScope, isCancellation, proxyActivities, sleep } from '@temporalio/workflow';
-import type { PipelineActivities } from '../activities';
-import type { BulkPart } from '../activities/bulk';
-import { addBulkTotals, emptyBulkTotals } from '../src/batch-steps';
-import type { BulkBatchView, BulkProgress } from '../src/batch-steps';
-import type { BulkSettings } from '../src/batch-contract';
-import type { PipelineOptions } from '../src/contract';
-import type { BudgetRef } from '../src/model/rate-limit-store';
+import type { KitActivities } from '../steps/activities';
+import type { BulkPart } from '../bulk/activities';
+import { addBulkTotals, emptyBulkTotals } from '../contract/batch-plain';
+import type { BulkBatchView, BulkProgress } from '../contract/batch-plain';
+import type { BulkSettings } from '../contract/batch';
+import type { PipelineOptions } from '../contract';
+import type { BudgetRef } from '../model/rate-limit-store';
 
 /** Submitting reads the manifest and uploads the requests; collecting reads the results into the memo. */
-const { bulkSubmit, bulkCollect, bulkCancel } = proxyActivities<PipelineActivities>({
+const { bulkSubmit, bulkCollect, bulkCancel } = proxyActivities<KitActivities>({
   startToCloseTimeout: '30 minutes',
   heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumInterval: '5 minutes' },
 });
 /** One look at a provider batch: a short call, tried again through the provider's outages. */
-const { bulkPoll } = proxyActivities<PipelineActivities>({
+const { bulkPoll } = proxyActivities<KitActivities>({
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumInterval: '5 minutes' },

@@ -1,9 +1,9 @@
 import type { z } from 'zod';
-import { BatchInputSchema } from '../src/batch-contract';
-import type { CheckedBatchInput } from '../src/batch-contract';
-import { parseOrFail, PipelineInputSchema } from '../src/contract';
-import type { CheckedPipelineInput } from '../src/contract';
-import { timedSync } from '../src/telemetry/phases';
+import { BatchInputSchema } from '../contract/batch';
+import type { CheckedBatchInput } from '../contract/batch';
+import { parseOrFail, PipelineInputSchema } from '../contract';
+import type { CheckedPipelineInput } from '../contract';
+import { timedSync } from '../telemetry/phases';
 
 /**
  * The workflow's input, checked by the worker rather than in the workflow sandbox (a local activity, so no round

@@ -1,11 +1,11 @@
 import { Context } from '@temporalio/activity';
-import { describeFailure } from '../src/batch-contract';
-import type { AwaitedRun, BatchEntry, RunVerdict } from '../src/batch-contract';
-import type { PipelineResult } from '../src/contract';
-import type { BlobStore } from '../src/documents/blobs';
-import { describeRun, settleLatestRun } from '../src/runs/latest-run';
-import { ManifestReader } from '../src/documents/manifest';
-import { withHeartbeats } from './heartbeat';
+import { describeFailure } from '../contract/batch';
+import type { AwaitedRun, BatchEntry, RunVerdict } from '../contract/batch';
+import type { PipelineResult } from '../contract';
+import type { BlobStore } from '../documents/blobs';
+import { describeRun, settleLatestRun } from '../runs/latest-run';
+import { ManifestReader } from '../documents/manifest';
+import { withHeartbeats } from '../steps/heartbeat';
 
 /**
  * The batch workflow's helpers: reading its manifest a page at a time (the workflow holds references, never the
