@@ -8,7 +8,6 @@
 import { ActivityFailure, ChildWorkflowFailure, TimeoutFailure, TimeoutType } from '@temporalio/common';
 import { modelStepResults, stepNameOfKey } from './plain';
 import type { PipelineResult, StepName } from './plain';
-import type { BatchFailure, BatchTally } from './batch';
 
 /** Bumped whenever BatchInput changes shape; older inputs are refused with a message, never guessed at. */
 export const BATCH_SCHEMA_VERSION = 1;
@@ -149,6 +148,31 @@ export function addBulkTotals(totals: BulkTotals, more: BulkTotals): void {
   totals.listCostUsd =
     totals.listCostUsd === null || more.listCostUsd === null ? null : totals.listCostUsd + more.listCostUsd;
 }
+
+/** What the batch has seen end, summed (BatchTallySchema in ./batch.ts documents each count). */
+export type BatchTally = {
+  done: number;
+  failed: number;
+  superseded: number;
+  rejected?: number | undefined;
+  doneEarlier: number;
+  attached: number;
+  replaced: number;
+  steps: Record<string, { done: number; failed: number }>;
+  inputTokens: number;
+  outputTokens: number;
+  costUsd: number;
+  memoised: number;
+};
+
+/** A document that failed, with why (BatchFailureSchema in ./batch.ts). */
+export type BatchFailure = {
+  seq: number;
+  source: string;
+  workflowId: string;
+  step?: string | undefined;
+  reason: string;
+};
 
 export function emptyTally(): BatchTally {
   return {

@@ -6,7 +6,9 @@
  */
 import { z } from 'zod';
 import { BATCH_SCHEMA_VERSION, MAX_LISTED_FAILURES } from './batch-plain';
-import type { BulkProgress } from './batch-plain';
+import type { BatchFailure, BatchTally, BulkProgress } from './batch-plain';
+
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
 import {
   BudgetInputSchema,
   DocumentIdSchema,
@@ -124,7 +126,9 @@ export const BatchTallySchema = z.object({
   /** Model answers reused from the memo rather than paid for again. */
   memoised: z.number().int().min(0),
 });
-export type BatchTally = z.infer<typeof BatchTallySchema>;
+// The plain type (./batch-plain.ts, for workflow code) is what the schema checks.
+const tallyType: Same<z.infer<typeof BatchTallySchema>, BatchTally> = true;
+void tallyType;
 
 /** A document that failed, with why; the batch keeps the first MAX_LISTED_FAILURES and counts the rest. */
 export const BatchFailureSchema = z.object({
@@ -135,7 +139,8 @@ export const BatchFailureSchema = z.object({
   step: z.string().optional(),
   reason: z.string(),
 });
-export type BatchFailure = z.infer<typeof BatchFailureSchema>;
+const failureType: Same<z.infer<typeof BatchFailureSchema>, BatchFailure> = true;
+void failureType;
 
 /** What one run of the batch hands the next when it continues as new. */
 export const BatchCarriedSchema = z.object({

@@ -11,14 +11,8 @@ import type { ReviewOutcome, ReviewOutcomeName, ReviewSettings } from './review'
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
 
-/** Any JSON value: what a step may put into the publication. */
-export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
-
-/** `offline`, or the provider part of MODEL (`openai`, `anthropic`, ...), and the model's name. */
-export type ModelInfo = {
-  provider: string;
-  model: string;
-};
+export type { JsonValue, ModelInfo } from './values';
+import type { ModelInfo } from './values';
 
 /** A model call's tokens (UsageSchema in ./index.ts says what each counts). */
 export type Usage = {

@@ -5,7 +5,7 @@
  * is written to the history.
  */
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
-import type { JsonValue, ModelInfo } from './plain';
+import type { JsonValue, ModelInfo } from './values';
 
 /**
  * The search attribute a run waiting for review is found by: `awaiting` while it waits, then how it ended
