@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { canonicalJson } from '../lib/canonical-json';
 import { z } from 'zod';
 import { ModelInfoSchema, UsageSchema } from '../contract';
 
@@ -141,11 +142,3 @@ export function memoKeyFor(workflowId: string, step: string, requestHash: string
   return `${workflowId}:${step}:${requestHash.slice(0, 32)}`;
 }
 
-/** JSON with object keys sorted, so equal values always hash equally. */
-function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v !== null && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b)))
-      : v,
-  );
-}

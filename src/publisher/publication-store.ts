@@ -4,6 +4,7 @@ import { dateOf, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
 import { openSqlite } from '../store/sql-sqlite';
 import { stepFieldsOf } from './types';
+import { canonicalJson } from '../lib/canonical-json';
 import type { Publication, Receipt } from './types';
 
 export interface DeliveryRow {
@@ -91,11 +92,14 @@ export class SqlPublicationStore implements PublicationStore {
           sql<{
             revision: number;
             scheduled_at: number | null;
-          }>`SELECT revision, scheduled_at FROM publications
+            fields: unknown;
+          }>`SELECT revision, scheduled_at, fields FROM publications
           WHERE document_id = ${documentId}`,
         );
         const decision = decidePublication(publication, seen, latest);
         const { receipt } = decision;
+        if (decision.outcome === 'created' && latest !== undefined)
+          receipt.changed = differs(STEP_FIELDS.parse(jsonOf(latest.fields)), stepFieldsOf(publication));
         const now = tx.now('text');
         if (decision.outcome === 'created') {
           await tx.run(
@@ -211,6 +215,17 @@ export class SqlitePublicationStore extends SqlPublicationStore {
  * any other new key writes the next revision (`created`). Without `scheduledAt` on either side a new key always
  * writes: publications from before the ordering existed. Both backends decide here.
  */
+/**
+ * Whether a new revision's fields differ from the previous revision's, the review's record aside (who decided,
+ * and when, differs on every revision).
+ */
+function differs(before: Record<string, unknown>, after: Record<string, unknown>): boolean {
+  const { review: _reviewBefore, ...was } = before;
+  const { review: _reviewAfter, ...now } = after;
+  return canonicalJson(was) !== canonicalJson(now);
+}
+
+
 export function decidePublication(
   publication: Publication,
   seen: { document_id: string; revision: number } | undefined,

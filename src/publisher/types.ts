@@ -39,7 +39,7 @@ export function stepFieldsOf(publication: Publication): Record<string, unknown> 
 /** What a target reports back; the activity adds the key and target name to make a PublishResult. */
 export type Receipt = Pick<
   PublishResult,
-  'documentId' | 'revision' | 'duplicate' | 'superseded' | 'receiverHonoursKey'
+  'documentId' | 'revision' | 'duplicate' | 'superseded' | 'receiverHonoursKey' | 'changed'
 >;
 
 /** An external system that changes something. It must dedupe by idempotency key: a key never writes twice. */

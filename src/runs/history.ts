@@ -39,6 +39,12 @@ export interface StepReport {
   estimatedCostUsd: number | null | undefined;
   /** Model steps answered by a provider batch (bulk mode): its claim, and the cost one call would have had. */
   bulk?: { claim: string; listCostUsd: number | null } | undefined;
+  /** Model steps: the step's identity when it was asked (src/steps/identity.ts). */
+  identity?: string | undefined;
+  /** Model steps asked again because the step changed: the identity of the document's earlier answer. */
+  changedFrom?: string | undefined;
+  /** Publish, to the publication store: whether the publication differs from the document's previous revision. */
+  changed?: boolean | undefined;
 }
 
 export interface RecoveryReport {
@@ -55,6 +61,9 @@ const ResultFlagsSchema = z.object({
   rejectedUsage: UsageSchema.optional(),
   estimatedCostUsd: z.number().nullable().optional(),
   bulk: z.object({ claim: z.string(), listCostUsd: z.number().nullable() }).optional(),
+  identity: z.string().optional(),
+  changedFrom: z.string().optional(),
+  changed: z.boolean().optional(),
 });
 
 /**
@@ -120,6 +129,9 @@ export function recoveryReport(history: History, since = 0, knownRunId?: string)
         report.rejectedUsage = flags.data.rejectedUsage;
         report.estimatedCostUsd = flags.data.estimatedCostUsd;
         if (flags.data.bulk !== undefined) report.bulk = flags.data.bulk;
+        if (flags.data.identity !== undefined) report.identity = flags.data.identity;
+        if (flags.data.changedFrom !== undefined) report.changedFrom = flags.data.changedFrom;
+        if (flags.data.changed !== undefined) report.changed = flags.data.changed;
         report.idempotencyKey = flags.data.idempotencyKey ?? report.idempotencyKey;
       }
       continue;

@@ -44,6 +44,16 @@ export function formatReport(
       `  time lost:    ${step.attempts > 1 ? `${seconds(step.timeLostMs)} between scheduling and the recorded attempt` : 'none'}`,
     );
     lines.push(`  last failure: ${step.lastFailure ?? open?.lastFailure ?? 'none'}`);
+    if (step.identity !== undefined)
+      lines.push(
+        `  identity:     ${step.identity}${
+          step.changedFrom !== undefined
+            ? ` (asked again: the step changed since its earlier answer, made under ${step.changedFrom})`
+            : ''
+        }`,
+      );
+    if (step.changed !== undefined)
+      lines.push(`  publication:  ${step.changed ? 'differs from' : 'the same as'} the previous revision`);
     if (step.usage !== undefined) {
       lines.push(
         `  model usage:  ${step.usage.inputTokens} tokens in${cachedNote(step.usage)}, ${step.usage.outputTokens} out, ` +

@@ -2,7 +2,7 @@ import path from 'node:path';
 import { modelName } from '../steps/define';
 import type { AnyModelStep } from '../steps/define';
 import { registeredModelSteps } from '../steps/registry';
-import { isModelStepFields, modelStepResults } from '../contract';
+import { isModelStepFields, modelStepResults, stepNameOfKey } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
 import type { BulkProgress } from '../contract/batch-plain';
 import { formatCost, formatTokens, totalUsage } from '../model/pricing';
@@ -297,6 +297,7 @@ export function printOutcomes(
       'included).',
   );
   print(summarizeReports(reports));
+  for (const line of changeLines(outcomes)) print(line);
   const earlier = outcomes.filter(producedEarlier);
   if (earlier.length > 0) {
     print(
@@ -380,5 +381,34 @@ export function bulkLines(bulk: BulkProgress | undefined): string[] {
       (bulk.answeredBefore > 0
         ? ` ${bulk.answeredBefore} answer(s) were in the memo already, not sent.`
         : ''),
+  ];
+}
+
+/**
+ * What changed since the documents' previous runs: the steps asked again because their definition changed (their
+ * identity differs from the one their memoised answer was given under), and how many publications differ from
+ * their previous revision. Nothing when no step changed.
+ */
+export function changeLines(outcomes: readonly DocumentOutcome[]): string[] {
+  const askedAgain = new Map<string, number>();
+  for (const o of outcomes)
+    for (const answer of modelStepResults(o.result ?? {}))
+      if (answer.changedFrom !== undefined) {
+        const step = stepNameOfKey(answer.idempotencyKey);
+        askedAgain.set(step, (askedAgain.get(step) ?? 0) + 1);
+      }
+  if (askedAgain.size === 0) return [];
+  const steps = [...askedAgain].map(([step, n]) => `${step} for ${n} document(s)`).join(', ');
+  const compared = outcomes.flatMap((o) => {
+    const changed = o.result?.publication?.changed;
+    return changed === undefined ? [] : [changed];
+  });
+  const differ =
+    compared.length === 0
+      ? ''
+      : ` ${compared.filter(Boolean).length} of ${compared.length} publication(s) differ from their previous revision.`;
+  return [
+    `Asked again because the step changed: ${steps}; the other steps' answers came from the memo, and the ` +
+      `earlier answers stay in it (reverting the change reuses them).${differ}`,
   ];
 }
