@@ -141,4 +141,3 @@ export function memoRequestHash(parts: { step: string; identity: string; input: 
 export function memoKeyFor(workflowId: string, step: string, requestHash: string): string {
   return `${workflowId}:${step}:${requestHash.slice(0, 32)}`;
 }
-

@@ -225,7 +225,6 @@ function differs(before: Record<string, unknown>, after: Record<string, unknown>
   return canonicalJson(was) !== canonicalJson(now);
 }
 
-
 export function decidePublication(
   publication: Publication,
   seen: { document_id: string; revision: number } | undefined,
