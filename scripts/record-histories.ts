@@ -8,6 +8,7 @@
  * `patched()` call replaced by `false`, then restore it), and commit it: the replay test then proves that
  * today's workflow code still replays every run yesterday's code left in a history.
  */
+import '../src/cli/compose';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

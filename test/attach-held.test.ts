@@ -4,6 +4,7 @@
  * document's run under way and held prints the HELD line, as the first did, and ends with the held exit code
  * instead of waiting on the run without a word.
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

@@ -3,6 +3,7 @@
  * real runs on the time-skipping server), random bytes through the document checks, and a batch of good and bad
  * files through the batch runner, rerun after the bad ones are fixed.
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { isUtf8 } from 'node:buffer';

@@ -3,6 +3,7 @@
  * as-new without losing or repeating a document, documents done or under way elsewhere attached to rather than
  * rerun, `--rerun`, failures listed with their step, and the same documents submitted twice landing in one batch.
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

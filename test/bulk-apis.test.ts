@@ -170,10 +170,10 @@ describe("the providers' batch APIs", () => {
         outcomes.push(o);
       const byId = new Map(outcomes.map((o) => [o.customId, o]));
       assert.equal(byId.get(`${provider}-0`)?.kind, 'answered');
-      assert.equal(typeof (byId.get(`${provider}-0`) as { value?: unknown }).value, 'string');
+      assert.deepEqual(Object.keys((byId.get(`${provider}-0`) as { value: object }).value), ['summary']);
       assert.equal(byId.get(`${provider}-1`)?.kind, 'refused');
       assert.equal(byId.get(`${provider}-2`)?.kind, 'errored');
-      assert.ok(Array.isArray((byId.get(`${provider}-3`) as { value?: unknown }).value));
+      assert.ok(Array.isArray((byId.get(`${provider}-3`) as { value: { tags?: unknown } }).value.tags));
     }
   });
 });

@@ -74,14 +74,17 @@ function reorderedWorkflows(): string {
   }
   const file = path.join(dir, 'workflows', 'index.ts');
   const source = fs.readFileSync(file, 'utf8');
-  const sequential = '    summary = await summarizeStep();\n    tags = await tagStep();\n';
+  const sequential = '    return { summary: await summarize(), tags: await tag() };\n';
   assert.ok(
     source.includes(sequential),
     'the sequential path of workflows/index.ts changed: update this test',
   );
   fs.writeFileSync(
     file,
-    source.replace(sequential, '    tags = await tagStep();\n    summary = await summarizeStep();\n'),
+    source.replace(
+      sequential,
+      '    const tags = await tag();\n    return { summary: await summarize(), tags };\n',
+    ),
   );
   return path.join(dir, 'workflows');
 }

@@ -5,6 +5,7 @@
  * set-up (a CA that did not sign the server's certificate, no client certificate, no API key, a wrong one) fails
  * at connect, in the worker and in the client, with a message that names what to set.
  */
+import '../src/cli/compose';
 import { before, describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';

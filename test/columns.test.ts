@@ -2,6 +2,7 @@
  * Output sized to the terminal: the result table's rows fit the terminal's width, a long title is cut once (with
  * an ellipsis), and the columns line up.
  */
+import '../src/cli/compose';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cut, titleWidth } from '../src/runs/columns';

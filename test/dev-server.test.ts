@@ -4,6 +4,7 @@
  * a completed run is reset. The model server and the publish target live in this test process, so what they
  * saw is evidence from outside the workers.
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';

@@ -2,6 +2,7 @@
  * Reading documents from the command line: what counts as a usable text, how folders expand, and that every
  * argument comes back either as a document or as a rejection with a reason, never dropped.
  */
+import '../src/cli/compose';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';

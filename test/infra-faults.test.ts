@@ -16,6 +16,7 @@
  * Each asserts: no worker crashed, no model answer paid twice, no duplicate effect, no document lost, and none
  * held without being shown. The figures go to the log (`infra-faults (<scenario>): ...`).
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

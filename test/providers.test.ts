@@ -413,9 +413,9 @@ for (const wire of WIRES) {
       }));
       const model = modelFor(wire, server);
       const summary = await model.ask(summarizeRequest(2), SAMPLE_TEXT, call());
-      assert.deepEqual(summary, { value: 'A summary.', usage: USAGE });
+      assert.deepEqual(summary, { value: { summary: 'A summary.' }, usage: USAGE });
       const tags = await model.ask(tagRequest(5), SAMPLE_TEXT, call());
-      assert.deepEqual(tags, { value: ['checkpoints', 'idempotency'], usage: USAGE });
+      assert.deepEqual(tags, { value: { tags: ['checkpoints', 'idempotency'] }, usage: USAGE });
       assert.deepEqual(model.info, { provider: wire.provider, model: wire.model });
 
       assert.equal(server.requests.length, 2);
@@ -698,7 +698,7 @@ describe('switching provider is one variable', () => {
       const server = await wire.start(() => ({ body: wire.answer('A summary.', USAGE) }));
       const model = createModel(loadConfig({ ...env, [base]: server.baseUrl }));
       const answer = await model.ask(summarizeRequest(1), SAMPLE_TEXT, call());
-      assert.equal(answer.value, 'A summary.');
+      assert.deepEqual(answer.value, { summary: 'A summary.' });
       assert.equal(server.requests[0]?.path, wire.path);
       assert.equal(server.requests[0]?.credential, wire.credential);
     });

@@ -101,7 +101,12 @@ describe('PublicationStore', () => {
     await store.publish(doc, 'run-1:publish');
     const afterReset = await store.publish({ ...doc, summary: 'Redone.' }, 'run-2:publish');
 
-    assert.deepEqual(afterReset, { documentId: doc.documentId, revision: 2, duplicate: false });
+    assert.deepEqual(afterReset, {
+      documentId: doc.documentId,
+      revision: 2,
+      duplicate: false,
+      changed: true,
+    });
     assert.deepEqual(await store.revisionsOf(doc.documentId), [
       { revision: 1, idempotencyKey: 'run-1:publish' },
       { revision: 2, idempotencyKey: 'run-2:publish' },
@@ -122,7 +127,7 @@ describe('PublicationStore', () => {
     const zombieRetry = await store.publish(publication(documentId, 'Stale.', 2000), 'Z:publish');
     const bRetry = await store.publish(publication(documentId, 'From run B.', 3000), 'B:publish');
 
-    assert.deepEqual(b, { documentId, revision: 2, duplicate: false });
+    assert.deepEqual(b, { documentId, revision: 2, duplicate: false, changed: true });
     assert.deepEqual(zombie, { documentId, revision: 2, duplicate: false, superseded: true });
     assert.deepEqual(zombieRetry, zombie);
     assert.deepEqual(bRetry, { documentId, revision: 2, duplicate: true });
@@ -198,7 +203,7 @@ describe('PublicationStore', () => {
     const next = await store.publish(publication('doc-old', 'From run B.', 2000), 'B:publish');
     const older = await store.publish(publication('doc-old', 'Older.', 1000), 'A:publish');
 
-    assert.deepEqual(next, { documentId: 'doc-old', revision: 2, duplicate: false });
+    assert.deepEqual(next, { documentId: 'doc-old', revision: 2, duplicate: false, changed: true });
     assert.deepEqual(older, { documentId: 'doc-old', revision: 2, duplicate: false, superseded: true });
   });
 

@@ -3,6 +3,7 @@
  * that waited side by side after one crash lose it once), and a finished document submitted again is reported as
  * already done earlier, not as a run that resumed.
  */
+import '../src/cli/compose';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { msToTs } from '@temporalio/common/lib/time';

@@ -2,6 +2,7 @@
  * Starting over: `--rerun` is parsed (and a mistyped option refused), and the result table says which results
  * were produced earlier and by which model, suggesting --rerun when the workers now use another one.
  */
+import '../src/cli/compose';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseRunArgs } from '../src/cli/args';

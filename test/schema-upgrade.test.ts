@@ -98,7 +98,7 @@ async function assertOldPublication(store: PublicationStore): Promise<void> {
     scheduledAt: 2000,
     headline: 'New.',
   };
-  assert.deepEqual(await store.publish(next, 'run-4:publish'), { ...RECEIPT, revision: 4 });
+  assert.deepEqual(await store.publish(next, 'run-4:publish'), { ...RECEIPT, revision: 4, changed: true });
   assert.deepEqual(await store.currentPublication('doc-old'), {
     ...current,
     revision: 4,
@@ -212,6 +212,7 @@ describe('SQLite files made before migrations', () => {
       assert.deepEqual(await store.publish(publication('Newer.', 2000), 'run-3:publish'), {
         ...RECEIPT,
         revision: 2,
+        changed: true,
       });
       assert.deepEqual(await store.publish(publication('Older.', 1000), 'run-2:publish'), {
         ...RECEIPT,

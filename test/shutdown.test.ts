@@ -3,6 +3,7 @@
  * report it, so the next worker finds the step recorded instead of paying for the call again: whether the signal
  * reaches its node process alone or, relayed and repeated, every process of `npm run worker`.
  */
+import '../src/cli/compose';
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';

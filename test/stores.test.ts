@@ -625,6 +625,7 @@ function storeContract(backend: Backend): void {
           documentId: id,
           revision: 2,
           duplicate: false,
+          changed: true,
         });
         assert.deepEqual(await stores.publications.currentPublication(id), {
           documentId: id,

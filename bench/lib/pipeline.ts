@@ -1,3 +1,4 @@
+import '../../src/cli/compose';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@temporalio/client';

@@ -1,3 +1,4 @@
+import '../../src/cli/compose';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
