@@ -2,6 +2,7 @@
  * Honest statuses: a publication the target answered as superseded (a newer run of the document had published
  * first, so this one was not written) is its own status in the result table, the report and the exit code.
  */
+import '../src/cli/compose';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';

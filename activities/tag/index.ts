@@ -37,9 +37,9 @@ export const tag = defineModelStep({
   }),
   offline: (text, { maxTags }) => ({ tags: keywordTags(text, maxTags) }),
   fields: z.object({
+    // A short document may have no word worth a tag: the offline model then gives none.
     tags: z
       .array(z.string().min(1).max(60))
-      .min(1)
       .max(20)
       .refine((tags) => new Set(tags).size === tags.length, 'must not repeat a tag'),
   }),

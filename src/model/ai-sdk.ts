@@ -22,6 +22,7 @@ import type { ModelInfo, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
 import type { BusyDetails, Pacer } from './pacer';
 import { findProvider } from './providers';
+import { paidButRefused } from './memo-call';
 import { documentBlock, FRAMING_VERSION, MAX_INPUT_CHARS, SYSTEM, taskOf } from './prompt-frame';
 import { limitsFromHeaders } from './rate-limit';
 import type { ProviderLimits } from './rate-limit';
@@ -286,15 +287,6 @@ function busyFailure(status: number, headers: Headers, body: string, what: strin
       `${retryAfterMs === undefined ? '' : `; Retry-After ${retryAfterWords(retryAfterMs)}`}: ${excerpt(body)}`,
     nextRetryDelay: retryAfterMs,
     details: [details],
-  });
-}
-
-/** A retryable refusal of an answer the provider was paid for: its usage rides along, so the cost counts it. */
-function paidButRefused(message: string, usage: Usage): ApplicationFailure {
-  return ApplicationFailure.create({
-    type: FailureType.ModelOutputInvalid,
-    message,
-    details: [{ paidUsage: usage }],
   });
 }
 

@@ -58,6 +58,15 @@ const STORE_RETRY_MS = 1_000;
 /** Usage a model client attaches to a failure when the provider answered (and was paid) but the answer was refused. */
 const PaidFailureDetailsSchema = z.object({ paidUsage: UsageSchema });
 
+/** A retryable refusal of an answer the provider was paid for: its usage rides along, so the cost counts it. */
+export function paidButRefused(message: string, usage: Usage): ApplicationFailure {
+  return ApplicationFailure.create({
+    type: FailureType.ModelOutputInvalid,
+    message,
+    details: [{ paidUsage: usage }],
+  });
+}
+
 /** The tokens of an answer the provider was paid for but the step refused (cut off, wrong shape), if `err` is one. */
 export function paidUsageOf(err: unknown): Usage | undefined {
   if (!(err instanceof ApplicationFailure)) return undefined;

@@ -5,13 +5,13 @@ import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { claimantName } from '../lib/claimant';
 import type { AnswerMemo, MemoRequest } from '../model/memo';
-import { MemoCall, paidUsageOf } from '../model/memo-call';
+import { MemoCall, paidButRefused, paidUsageOf } from '../model/memo-call';
 import type { MemoAnswer } from '../model/memo-call';
 import { estimateCost } from '../model/pricing';
 import type { PriceTable } from '../model/pricing';
 import type { BudgetRef } from '../model/rate-limit-store';
 import type { DocumentModel, ModelAnswer } from '../model/types';
-import { BudgetInputSchema, DocumentIdSchema, FailureType, TextRefSchema } from '../contract';
+import { BudgetInputSchema, describeIssues, DocumentIdSchema, FailureType, TextRefSchema } from '../contract';
 import type { ModelStepFields, Usage } from '../contract';
 import type { TextSource } from '../documents/text-source';
 import { noMetrics } from '../telemetry/metrics';
@@ -112,13 +112,16 @@ async function askThroughMemo(
   // Dedupe before effect: the attempt claims the step's memo entry, and only the claim's owner calls the model.
   const { value, ...answer } = await withHeartbeats((signal) =>
     memoCallOf(deps, memoRequest, step.fields, `attempt-${info.attempt}`, signal).answer((retryHint) =>
-      paid.call(() =>
-        deps.model.ask(request, text, {
-          idempotencyKey: key,
-          signal: callSignal(signal, attemptStarted),
-          ...(retryHint === undefined ? {} : { retryHint }),
-          pacing,
-        }),
+      paid.call(async () =>
+        fitting(
+          step,
+          await deps.model.ask(request, text, {
+            idempotencyKey: key,
+            signal: callSignal(signal, attemptStarted),
+            ...(retryHint === undefined ? {} : { retryHint }),
+            pacing,
+          }),
+        ),
       ),
     ),
   );
@@ -131,6 +134,19 @@ async function askThroughMemo(
     identity,
     ...(changedFrom === undefined ? {} : { changedFrom }),
   };
+}
+
+/**
+ * The answer, when it fits the step's fields; else it is refused before it is stored, as a paid answer of the
+ * wrong shape (counted in the cost; the next attempt quotes why to the model).
+ */
+function fitting<T>(step: AnyModelStep, answer: ModelAnswer<T>): ModelAnswer<T> {
+  const fits = step.fields.safeParse(answer.value);
+  if (fits.success) return answer;
+  throw paidButRefused(
+    `the answer does not fit the ${step.name} step's fields (${describeIssues(fits.error)})`,
+    answer.usage,
+  );
 }
 
 /** The identity of this document's earlier answer to the step, when it was another: the step changed since. */

@@ -28,10 +28,12 @@ import {
   OPEN_LISTED,
   tallyResult,
 } from '../contract/batch-plain';
+import type { BatchCarried, BatchInput, CheckedBatchInput } from '../contract/batch';
 import type { PipelineInput, PipelineResult } from '../contract';
-import { FailureType, INPUT_SCHEMA_VERSION, workflowIdFor } from '../contract/plain';
+import { DOCUMENT_WORKFLOW, FailureType, INPUT_SCHEMA_VERSION, workflowIdFor } from '../contract/plain';
 import type { StepName } from '../contract/plain';
 import { newBulkProgress, runBulkPhase } from './bulk';
+import type { BulkProgress } from '../contract/batch-plain';
 import { asRunsOwnCheck } from './checks';
 import {
   batchProgressQuery,
@@ -52,7 +54,7 @@ const { awaitRun } = proxyActivities<KitActivities>({
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 
-/** The worker checks the input, as for a document's run (workflows/index.ts): no schemas built in the sandbox. */
+/** The worker checks the input, as for a document's run (./document.ts): no schemas built in the sandbox. */
 const { checkBatchInput } = proxyLocalActivities<KitActivities>({
   startToCloseTimeout: '10 seconds',
   retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
@@ -75,78 +77,216 @@ const ROUNDS = 3;
  */
 export async function batch(rawInput: unknown): Promise<BatchProgress> {
   const input = await asRunsOwnCheck(checkBatchInput(rawInput));
-  const { manifestRef, total, options } = input;
-  const carried = input.carried ?? { next: 0, tally: emptyTally(), failures: [], runs: 1 };
-  const { tally, failures } = carried;
-  let next = carried.next;
-  let running = 0;
-  const open = new Set<string>();
-  // The open runs' sources, and those whose delivery is held (each run says so: deliveryHeldSignal).
-  const sources = new Map<string, string>();
-  const held = new Map<string, HeldDocument>();
-  setHandler(deliveryHeldSignal, ({ workflowId, heldKey }) => {
-    const source = sources.get(workflowId);
-    if (heldKey === undefined || source === undefined) held.delete(workflowId);
-    else held.set(workflowId, { workflowId, source, heldKey });
-  });
-  // Those whose model step waits for its budget to be raised (each run says so: budgetWaitSignal).
-  const overBudget = new Map<string, BudgetWaitingDocument>();
-  setHandler(budgetWaitSignal, ({ workflowId, budgetId }) => {
-    const source = sources.get(workflowId);
-    if (budgetId === undefined || source === undefined) overBudget.delete(workflowId);
-    else overBudget.set(workflowId, { workflowId, source, budgetId });
-  });
+  return new BatchRun(input).run();
+}
 
-  // Those whose draft awaits a person's review (each run says so: reviewWaitSignal).
-  const inReview = new Map<string, ReviewWaitingDocument>();
-  setHandler(reviewWaitSignal, ({ workflowId, awaiting }) => {
-    const source = sources.get(workflowId);
-    if (!awaiting || source === undefined) inReview.delete(workflowId);
-    else inReview.set(workflowId, { workflowId, source });
-  });
+/** A document of the batch, as its run is under way. */
+interface Taken {
+  entry: BatchEntry;
+  index: number;
+  workflowId: string;
+}
 
-  // Bulk mode's provider batches (BULK=on), carried across continue-as-new.
-  const bulk = options.bulk === undefined ? undefined : (carried.bulk ?? newBulkProgress());
-  const progress = (since = 0): BatchProgress => ({
-    total,
-    started: next,
-    running,
-    tally,
-    failures: failures.filter((f) => f.seq > since),
-    unlistedFailures: tally.failed - failures.length,
-    runs: carried.runs,
-    open: [...open].slice(0, OPEN_LISTED),
-    held: [...held.values()],
-    waitingForBudget: [...overBudget.values()],
-    awaitingReview: [...inReview.values()],
-    handled,
-    ...(bulk === undefined ? {} : { bulk }),
-  });
-  setHandler(batchProgressQuery, progress);
+/** One run of a batch: its tally, the documents under way and what they wait for, and the manifest's page. */
+class BatchRun {
+  private readonly tally: BatchCarried['tally'];
+  private readonly failures: BatchFailure[];
+  private next: number;
+  private running = 0;
+  private readonly open = new Set<string>();
+  /** The open runs' sources; those whose delivery is held, whose step waits for budget, whose draft for review. */
+  private readonly sources = new Map<string, string>();
+  private readonly held = new Map<string, HeldDocument>();
+  private readonly overBudget = new Map<string, BudgetWaitingDocument>();
+  private readonly inReview = new Map<string, ReviewWaitingDocument>();
+  /** Bulk mode's provider batches (BULK=on), carried across continue-as-new. */
+  private readonly bulk: BulkProgress | undefined;
+  /** For small batches, how each document was taken up, in order: a follower prints one line each. */
+  private readonly handled: BatchProgress['handled'] = [];
+  /** The manifest, a page at a time: only the page under way is held. */
+  private page: BatchEntry[] = [];
+  private pageStart = 0;
 
-  const fail = (entry: BatchEntry, workflowId: string, why: { reason: string; step?: StepName }): void => {
-    tally.failed++;
-    if (why.step !== undefined) countStep(tally, why.step, 'failed');
-    if (failures.length < MAX_LISTED_FAILURES) {
-      const failure: BatchFailure = {
-        seq: tally.failed,
-        source: entry.source,
-        workflowId,
-        reason: why.reason,
-      };
-      failures.push(why.step === undefined ? failure : { ...failure, step: why.step });
+  constructor(
+    private readonly input: CheckedBatchInput,
+    private readonly carried = input.carried ?? { next: 0, tally: emptyTally(), failures: [], runs: 1 },
+  ) {
+    this.tally = carried.tally;
+    this.failures = carried.failures;
+    this.next = carried.next;
+    this.bulk = input.options.bulk === undefined ? undefined : (carried.bulk ?? newBulkProgress());
+    this.listen();
+  }
+
+  /** Each run says when its delivery is held, a step waits for budget, or its draft awaits review. */
+  private listen(): void {
+    const track = <T>(
+      waiting: Map<string, T>,
+      workflowId: string,
+      value: (source: string) => T | undefined,
+    ) => {
+      const source = this.sources.get(workflowId);
+      const now = source === undefined ? undefined : value(source);
+      if (now === undefined) waiting.delete(workflowId);
+      else waiting.set(workflowId, now);
+    };
+    setHandler(deliveryHeldSignal, ({ workflowId, heldKey }) =>
+      track(this.held, workflowId, (source) =>
+        heldKey === undefined ? undefined : { workflowId, source, heldKey },
+      ),
+    );
+    setHandler(budgetWaitSignal, ({ workflowId, budgetId }) =>
+      track(this.overBudget, workflowId, (source) =>
+        budgetId === undefined ? undefined : { workflowId, source, budgetId },
+      ),
+    );
+    setHandler(reviewWaitSignal, ({ workflowId, awaiting }) =>
+      track(this.inReview, workflowId, (source) => (awaiting ? { workflowId, source } : undefined)),
+    );
+    setHandler(batchProgressQuery, (since) => this.progress(since));
+  }
+
+  progress(since = 0): BatchProgress {
+    const { tally, failures, bulk } = this;
+    return {
+      total: this.input.total,
+      started: this.next,
+      running: this.running,
+      tally,
+      failures: failures.filter((f) => f.seq > since),
+      unlistedFailures: tally.failed - failures.length,
+      runs: this.carried.runs,
+      open: [...this.open].slice(0, OPEN_LISTED),
+      held: [...this.held.values()],
+      waitingForBudget: [...this.overBudget.values()],
+      awaitingReview: [...this.inReview.values()],
+      handled: this.handled,
+      ...(bulk === undefined ? {} : { bulk }),
+    };
+  }
+
+  /** Hands out the documents, a window at a time, then drains; continues as new before the history grows long. */
+  async run(): Promise<BatchProgress> {
+    const { input, bulk } = this;
+    const { options, total } = input;
+    // Bulk mode: the model requests go to the provider's batch API before any document is handed out (once: a
+    // run continued as new carries what it came to).
+    if (options.bulk !== undefined && bulk !== undefined && bulk.phase !== 'done') {
+      const batchId = workflowInfo().workflowId;
+      const { manifestRef } = input;
+      const { pipeline, bulk: settings, budget } = options;
+      await runBulkPhase({ batchId, manifestRef, total, pipeline, settings, budget }, bulk);
     }
-  };
+    while (this.next < total) {
+      await condition(() => this.running < options.window);
+      if (this.nearLimits()) break;
+      const entry = await this.entryAt(this.next);
+      const index = this.next++;
+      this.running++;
+      void this.take({ entry, index, workflowId: workflowIdFor(entry.documentId) }).finally(
+        () => this.running--,
+      );
+    }
+    await condition(() => this.running === 0);
+    if (this.next < total) {
+      const { tally, failures, next } = this;
+      await continueAsNew<typeof batch>({
+        ...input,
+        carried: {
+          next,
+          tally,
+          failures,
+          runs: this.carried.runs + 1,
+          ...(bulk === undefined ? {} : { bulk }),
+        },
+      } satisfies BatchInput);
+    }
+    return this.progress();
+  }
 
-  // For small batches, how each document was taken up, in the order it happened: a follower prints one line each.
-  const handled: BatchProgress['handled'] = [];
-  const note = (index: number, workflowId: string, how: BatchProgress['handled'][number]['how']): void => {
-    if (total <= OPEN_LISTED) handled.push({ index, workflowId, how, at: Date.now() });
-  };
+  /** One document: its run started (or attached to), waited for and counted; a failure listed, never thrown. */
+  private async take(doc: Taken): Promise<void> {
+    const { workflowId } = doc;
+    this.open.add(workflowId);
+    this.sources.set(workflowId, doc.entry.source);
+    try {
+      await this.startOrAttach(doc);
+    } catch (err) {
+      this.fail(doc, describeFailure(err));
+    } finally {
+      for (const waiting of [this.open, this.sources, this.held, this.overBudget, this.inReview])
+        waiting.delete(workflowId);
+    }
+  }
 
-  const runDocument = async (entry: BatchEntry, index: number): Promise<void> => {
-    const workflowId = workflowIdFor(entry.documentId);
-    const pipelineInput: PipelineInput = {
+  /**
+   * Starts the document's run as a child, or, when its workflow ID is taken, decides as every submission does
+   * (inspectRun): done earlier with this version (counted), under way with it (attached), or another version's
+   * (replaced, and started again).
+   */
+  private async startOrAttach(doc: Taken): Promise<void> {
+    const { entry, index, workflowId } = doc;
+    const { options } = this.input;
+    let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
+    let replaced = false;
+    for (let round = 0; round < ROUNDS; round++) {
+      let child;
+      try {
+        child = await startChild<(input: PipelineInput) => Promise<PipelineResult>>(DOCUMENT_WORKFLOW, {
+          workflowId,
+          args: [this.pipelineInput(entry)],
+          memo: { version: entry.textRef, submission: workflowInfo().workflowId },
+          workflowIdReusePolicy: reuse,
+          parentClosePolicy: 'ABANDON',
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+        const verdict = await inspectRun({ workflowId, version: entry.textRef, rerun: options.rerun });
+        if (verdict.kind === 'completed') {
+          this.note(index, workflowId, 'done earlier');
+          this.tally.done++;
+          this.tally.doneEarlier++;
+          return;
+        }
+        if (verdict.kind === 'running') return this.attach(doc, verdict.runId);
+        replaced ||= verdict.replaced;
+        reuse = verdict.reuse;
+        continue;
+      }
+      this.note(index, workflowId, replaced ? 'replaced' : 'started');
+      if (replaced) this.tally.replaced++;
+      tallyResult(this.tally, await child.result());
+      return;
+    }
+    this.fail(doc, {
+      reason:
+        `${workflowId} kept changing while the batch started it (other versions of the document are being ` +
+        'submitted at the same time); submit it again once they are done',
+    });
+  }
+
+  /** Waits for a run of this version that another submission started, and counts how it ended. */
+  private async attach(doc: Taken, runId: string): Promise<void> {
+    const { index, workflowId } = doc;
+    this.note(index, workflowId, 'attached');
+    this.tally.attached++;
+    // The run tells its own batch when its delivery is held or a step waits for budget; asked, it tells this one
+    // too, so this batch lists it held rather than waiting on it without a word. Batches recorded before the
+    // signal existed replay without it (`patched` false); `npm run check-replay` says when the check may go.
+    if (patched('attached-run-notices')) {
+      await getExternalWorkflowHandle(workflowId)
+        .signal(noticesWantedSignal, { workflowId: workflowInfo().workflowId })
+        .catch(() => undefined);
+    }
+    const awaited = await awaitRun({ workflowId, runId });
+    if (awaited.ok) tallyResult(this.tally, awaited.result);
+    else this.fail(doc, awaited);
+  }
+
+  /** A document's run input: the batch's options, budget and review. */
+  private pipelineInput(entry: BatchEntry): PipelineInput {
+    const { options } = this.input;
+    return {
       schemaVersion: INPUT_SCHEMA_VERSION,
       documentId: entry.documentId,
       textRef: entry.textRef,
@@ -156,125 +296,38 @@ export async function batch(rawInput: unknown): Promise<BatchProgress> {
       ...(options.budget === undefined ? {} : { budget: options.budget }),
       ...(options.review === undefined ? {} : { review: options.review }),
     };
-    let reuse: WorkflowIdReusePolicy = options.rerun ? 'ALLOW_DUPLICATE' : 'ALLOW_DUPLICATE_FAILED_ONLY';
-    let replaced = false;
-    open.add(workflowId);
-    sources.set(workflowId, entry.source);
-    try {
-      for (let round = 0; round < ROUNDS; round++) {
-        let child;
-        try {
-          child = await startChild<(input: PipelineInput) => Promise<PipelineResult>>('documentPipeline', {
-            workflowId,
-            args: [pipelineInput],
-            memo: { version: entry.textRef, submission: workflowInfo().workflowId },
-            workflowIdReusePolicy: reuse,
-            parentClosePolicy: 'ABANDON',
-          });
-        } catch (err) {
-          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-          const verdict = await inspectRun({ workflowId, version: entry.textRef, rerun: options.rerun });
-          if (verdict.kind === 'completed') {
-            note(index, workflowId, 'done earlier');
-            tally.done++;
-            tally.doneEarlier++;
-            return;
-          }
-          if (verdict.kind === 'running') {
-            note(index, workflowId, 'attached');
-            tally.attached++;
-            // The run tells its own batch when its delivery is held or a step waits for budget; asked, it tells
-            // this one too, so this batch lists it held rather than waiting on it without a word. Batches recorded
-            // before the signal existed replay without it (`patched` false); `npm run check-replay` says when the
-            // check may go (make it deprecatePatch, as for workflows/index.ts).
-            if (patched('attached-run-notices')) {
-              await getExternalWorkflowHandle(workflowId)
-                .signal(noticesWantedSignal, { workflowId: workflowInfo().workflowId })
-                .catch(() => undefined);
-            }
-            const awaited = await awaitRun({ workflowId, runId: verdict.runId });
-            if (awaited.ok) tallyResult(tally, awaited.result);
-            else fail(entry, workflowId, awaited);
-            return;
-          }
-          replaced ||= verdict.replaced;
-          reuse = verdict.reuse;
-          continue;
-        }
-        note(index, workflowId, replaced ? 'replaced' : 'started');
-        if (replaced) tally.replaced++;
-        tallyResult(tally, await child.result());
-        return;
-      }
-      fail(entry, workflowId, {
-        reason:
-          `${workflowId} kept changing while the batch started it (other versions of the document are being ` +
-          'submitted at the same time); submit it again once they are done',
-      });
-    } catch (err) {
-      fail(entry, workflowId, describeFailure(err));
-    } finally {
-      open.delete(workflowId);
-      sources.delete(workflowId);
-      held.delete(workflowId);
-      overBudget.delete(workflowId);
-      inReview.delete(workflowId);
-    }
-  };
-
-  // The manifest, a page at a time: only the page under way is held.
-  let page: BatchEntry[] = [];
-  let pageStart = 0;
-  const entryAt = async (index: number): Promise<BatchEntry> => {
-    if (index < pageStart || index >= pageStart + page.length) {
-      page = await readBatchEntries({ manifestRef, offset: index, limit: options.pageSize });
-      pageStart = index;
-    }
-    const entry = page[index - pageStart];
-    if (entry === undefined) {
-      throw ApplicationFailure.create({
-        type: FailureType.InvalidInput,
-        nonRetryable: true,
-        message: `batch manifest ${manifestRef} holds fewer than the ${total} entries the input says; submit again`,
-      });
-    }
-    return entry;
-  };
-  const nearLimits = (): boolean => {
-    const info = workflowInfo();
-    return info.continueAsNewSuggested || info.historyLength >= options.historyBudget;
-  };
-
-  // Bulk mode: the model requests go to the provider's batch API before any document is handed out (once: a run
-  // continued as new carries what it came to).
-  if (options.bulk !== undefined && bulk !== undefined && bulk.phase !== 'done') {
-    await runBulkPhase(
-      {
-        batchId: workflowInfo().workflowId,
-        manifestRef,
-        total,
-        pipeline: options.pipeline,
-        settings: options.bulk,
-        budget: options.budget,
-      },
-      bulk,
-    );
   }
 
-  while (next < total) {
-    await condition(() => running < options.window);
-    if (nearLimits()) break;
-    const entry = await entryAt(next);
-    next++;
-    running++;
-    void runDocument(entry, next - 1).finally(() => running--);
+  private fail({ entry, workflowId }: Taken, why: { reason: string; step?: StepName | undefined }): void {
+    const { tally, failures } = this;
+    tally.failed++;
+    if (why.step !== undefined) countStep(tally, why.step, 'failed');
+    if (failures.length >= MAX_LISTED_FAILURES) return;
+    const failure: BatchFailure = { seq: tally.failed, source: entry.source, workflowId, reason: why.reason };
+    failures.push(why.step === undefined ? failure : { ...failure, step: why.step });
   }
-  await condition(() => running === 0);
-  if (next < total) {
-    await continueAsNew<typeof batch>({
-      ...input,
-      carried: { next, tally, failures, runs: carried.runs + 1, ...(bulk === undefined ? {} : { bulk }) },
+
+  private note(index: number, workflowId: string, how: BatchProgress['handled'][number]['how']): void {
+    if (this.input.total <= OPEN_LISTED) this.handled.push({ index, workflowId, how, at: Date.now() });
+  }
+
+  private async entryAt(index: number): Promise<BatchEntry> {
+    const { manifestRef, total, options } = this.input;
+    if (index < this.pageStart || index >= this.pageStart + this.page.length) {
+      this.page = await readBatchEntries({ manifestRef, offset: index, limit: options.pageSize });
+      this.pageStart = index;
+    }
+    const entry = this.page[index - this.pageStart];
+    if (entry !== undefined) return entry;
+    throw ApplicationFailure.create({
+      type: FailureType.InvalidInput,
+      nonRetryable: true,
+      message: `batch manifest ${manifestRef} holds fewer than the ${total} entries the input says; submit again`,
     });
   }
-  return progress();
+
+  private nearLimits(): boolean {
+    const info = workflowInfo();
+    return info.continueAsNewSuggested || info.historyLength >= this.input.options.historyBudget;
+  }
 }

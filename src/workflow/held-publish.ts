@@ -68,96 +68,121 @@ export interface HeldContext {
  * publishes again under the same activity ID, so the same key. Nothing but the verdict ends the wait.
  *
  * A wait may outlast any history: before the run's history grows long (HELD_HISTORY_BUDGET), it continues as new
- * straight into this wait, carrying the publish input (so summarize and tag never run again) and the first run's
+ * straight into this wait, carrying the publish input (so the model steps never run again) and the first run's
  * ID, so the delivery keeps its key (src/steps/idempotency.ts). Signal handlers are let finish first; a settle
  * signal that reached the old run too late to wake it costs nothing, since the new run looks at once.
  */
-export async function publishUntilSettled(
+export function publishUntilSettled(
   input: PublishInput,
   budget: Pick<ActivityOptions, 'scheduleToCloseTimeout'>,
   progress: PipelineProgress,
   context: HeldContext,
 ): Promise<PublishResult> {
-  const { publish } = proxyActivities<{ publish: (input: PublishInput) => Promise<PublishResult> }>({
-    ...publishOptions,
-    ...budget,
-  });
-  let woken = false;
-  setHandler(deliverySettledSignal, () => void (woken = true));
-  const tell = (heldKey: string | undefined): Promise<void> =>
-    context.notices.tell(deliveryHeldSignal, { workflowId: workflowInfo().workflowId, heldKey });
+  const delivery = new HeldDelivery(budget, progress, context);
+  const carried = context.continuation.held;
+  if (carried === undefined) return delivery.publish(input);
+  // The run before this one was held: it shows so, and looks at once (a verdict may have come meanwhile).
+  progress.heldKey = carried.heldKey;
+  progress.steps[PUBLISH_STEP] = 'held';
+  return delivery.waitOut(input, carried.waitMs, true);
+}
+
+/** One run's publish step and the wait for its held delivery's verdict. */
+class HeldDelivery {
+  private readonly activity: (input: PublishInput) => Promise<PublishResult>;
+  private woken = false;
+
+  constructor(
+    budget: Pick<ActivityOptions, 'scheduleToCloseTimeout'>,
+    private readonly progress: PipelineProgress,
+    private readonly context: HeldContext,
+  ) {
+    const { publish } = proxyActivities<{ publish: (input: PublishInput) => Promise<PublishResult> }>({
+      ...publishOptions,
+      ...budget,
+    });
+    this.activity = publish;
+    setHandler(deliverySettledSignal, () => void (this.woken = true));
+  }
+
+  /** Publishes; a held delivery is waited out (continuing as new while it waits, in runs with the marker). */
+  async publish(input: PublishInput): Promise<PublishResult> {
+    for (let waitMs = HELD_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS)) {
+      const looked = await this.look(input);
+      if (looked.result !== undefined) return looked.result;
+      this.progress.steps[PUBLISH_STEP] = 'held';
+      // Runs held before the wait could continue as new keep waiting as they did (their histories replay this
+      // branch): no marker, `patched` false. Once `npm run check-replay` finds no open or retained run without
+      // the marker, make it `deprecatePatch('held-continue-as-new')` and delete the lines after this `if`.
+      if (patched('held-continue-as-new')) return this.waitOut(input, waitMs, false);
+      this.woken = false;
+      await condition(() => this.woken, waitMs);
+      this.progress.steps[PUBLISH_STEP] = 'running';
+    }
+  }
 
   /** Looks (publishes again) and waits until the verdict, continuing as new before the history grows long. */
-  const waitOut = async (waitFrom: number, lookFirst: boolean): Promise<PublishResult> => {
+  async waitOut(input: PublishInput, waitFrom: number, lookFirst: boolean): Promise<PublishResult> {
     const publishInput = { ...input, keyRunId: input.keyRunId ?? workflowInfo().runId };
     let waitMs = waitFrom;
     for (let look = lookFirst; ; look = true) {
       if (look) {
         // A signal that arrives while the look is under way may be about a verdict the look missed: it counts.
-        woken = false;
-        try {
-          const result = await publish(publishInput);
-          await tell(undefined);
-          return result;
-        } catch (err) {
-          const heldKey = heldKeyOfFailure(err);
-          if (heldKey === undefined) throw err;
-          if (progress.heldKey !== heldKey) {
-            progress.heldKey = heldKey;
-            await tell(heldKey);
-          }
-          waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS);
-        }
+        this.woken = false;
+        const looked = await this.look(publishInput, true);
+        if (looked.result !== undefined) return looked.result;
+        waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS);
       }
-      await condition(() => woken, waitMs);
-      if (historyNearLimit(context.continuation.historyBudget ?? HELD_HISTORY_BUDGET)) {
-        // Handlers under way (telling a batch that just attached) finish in this run; signals that arrive after
-        // this are the next run's.
-        await condition(allHandlersFinished);
-        const { historyBudget } = context.continuation;
-        return continueAsNew<DocumentWorkflow>(context.input, {
-          ...(historyBudget === undefined ? {} : { historyBudget }),
-          held: {
-            publish: publishInput,
-            results: context.results,
-            heldKey: progress.heldKey ?? 'unknown',
-            waitMs,
-            watchers: context.notices.watching(),
-          },
-        });
-      }
+      await condition(() => this.woken, waitMs);
+      const { historyBudget } = this.context.continuation;
+      if (historyNearLimit(historyBudget ?? HELD_HISTORY_BUDGET))
+        return this.continueHeld(publishInput, waitMs);
     }
-  };
-
-  const carried = context.continuation.held;
-  if (carried !== undefined) {
-    // The run before this one was held: it shows so, and looks at once (a verdict may have come meanwhile).
-    progress.heldKey = carried.heldKey;
-    progress.steps[PUBLISH_STEP] = 'held';
-    return waitOut(carried.waitMs, true);
   }
-  for (let waitMs = HELD_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, HELD_MAX_WAIT_MS)) {
+
+  /**
+   * One publish: its receipt, or the held delivery's key (shown in the progress, and told to the batch when it
+   * is new). The batch hears the delivery go on when it had been told it was held (`always`: a continued run's).
+   */
+  private async look(input: PublishInput, always = false): Promise<{ result?: PublishResult }> {
     try {
-      const result = await publish(input);
-      if (progress.heldKey !== undefined) await tell(undefined);
-      return result;
+      const result = await this.activity(input);
+      if (always || this.progress.heldKey !== undefined) await this.tell(undefined);
+      return { result };
     } catch (err) {
       const held = stepFailedWith(err, FailureType.DeliveryHeld);
       if (held === undefined) throw err;
       const heldKey = heldKeyOf(held.details) ?? 'unknown';
-      if (progress.heldKey !== heldKey) {
-        progress.heldKey = heldKey;
-        await tell(heldKey);
+      if (this.progress.heldKey !== heldKey) {
+        this.progress.heldKey = heldKey;
+        await this.tell(heldKey);
       }
-      progress.steps[PUBLISH_STEP] = 'held';
-      // Runs held before the wait could continue as new keep waiting as they did (their histories replay this
-      // branch): no marker, `patched` false. Once `npm run check-replay` finds no open or retained run without the
-      // marker, make it `deprecatePatch('held-continue-as-new')` and delete the lines after this `if`.
-      if (patched('held-continue-as-new')) return waitOut(waitMs, false);
-      woken = false;
-      await condition(() => woken, waitMs);
-      progress.steps[PUBLISH_STEP] = 'running';
+      return {};
     }
+  }
+
+  /** Continues the run as new straight into the wait, with what the next run needs to publish under this key. */
+  private async continueHeld(publish: PublishInput & { keyRunId: string }, waitMs: number): Promise<never> {
+    // Handlers under way (telling a batch that just attached) finish in this run; signals that arrive after this
+    // are the next run's.
+    await condition(allHandlersFinished);
+    const { context, progress } = this;
+    const { historyBudget } = context.continuation;
+    return continueAsNew<DocumentWorkflow>(context.input, {
+      ...(historyBudget === undefined ? {} : { historyBudget }),
+      held: {
+        publish,
+        results: context.results,
+        heldKey: progress.heldKey ?? 'unknown',
+        waitMs,
+        watchers: context.notices.watching(),
+      },
+    });
+  }
+
+  private tell(heldKey: string | undefined): Promise<void> {
+    const { workflowId } = workflowInfo();
+    return this.context.notices.tell(deliveryHeldSignal, { workflowId, heldKey });
   }
 }
 
@@ -165,10 +190,4 @@ export async function publishUntilSettled(
 function historyNearLimit(budget: number): boolean {
   const info = workflowInfo();
   return info.continueAsNewSuggested || info.historyLength >= budget;
-}
-
-/** The key a DeliveryHeld failure of the step names, undefined for any other failure. */
-function heldKeyOfFailure(err: unknown): string | undefined {
-  const held = stepFailedWith(err, FailureType.DeliveryHeld);
-  return held === undefined ? undefined : (heldKeyOf(held.details) ?? 'unknown');
 }

@@ -29,99 +29,99 @@ export type DraftOf = Omit<ReviewDraft, 'awaitingSince' | 'deadline' | 'onTimeou
  * decision until then (said why). Called at the start of every run, so a decision sent early is told to wait
  * rather than left unanswered.
  */
-export function reviewDesk(progress: PipelineProgress): {
+export function reviewDesk(progress: PipelineProgress): ReviewDesk {
+  return new ReviewDesk(progress);
+}
+
+/** A run's review: its draft while it waits, the decision the update takes, and the wait for it. */
+class ReviewDesk {
+  private open: ReviewDraft | undefined;
+
+  constructor(private readonly progress: PipelineProgress) {
+    setHandler(reviewQuery, () => this.open);
+    setHandler(reviewUpdate, (decision: ReviewDecision) => this.decide(decision), {
+      description: 'approve, reject (with a reason) or edit the draft before it is published',
+      validator: (decision: ReviewDecision): void => this.validate(decision),
+    });
+  }
+
   /** Waits for a person's decision on the draft, or the deadline; returns how the review ended. */
-  await(
+  async await(
     draft: DraftOf,
     settings: ReviewSettings,
     tell: (awaiting: boolean) => Promise<void>,
-  ): Promise<ReviewOutcome>;
-} {
-  let open: ReviewDraft | undefined;
-  setHandler(reviewQuery, () => open);
-  setHandler(
-    reviewUpdate,
-    (decision: ReviewDecision): ReviewOutcome => {
-      // Accepted by the validator; another decision accepted in the same activation may have won meanwhile.
-      const draft = open as ReviewDraft;
-      if (draft.decided !== undefined)
-        throw ApplicationFailure.create({
-          type: 'ReviewRefused',
-          nonRetryable: true,
-          message: `already decided: ${describeOutcome(draft.decided)}`,
-        });
-      const taken = normalizeDecision(decision);
-      const outcome: ReviewOutcome = {
-        outcome: taken.action === 'approve' ? 'approved' : taken.action === 'reject' ? 'rejected' : 'edited',
-        reviewer: taken.reviewer,
-        ...(taken.action === 'reject' ? { reason: taken.reason } : {}),
-        ...(taken.action === 'edit' ? { edits: taken.fields } : {}),
-        decidedAt: Date.now(),
-        waitedMs: Date.now() - draft.awaitingSince,
-      };
-      draft.decided = outcome;
-      return outcome;
-    },
-    {
-      description: 'approve, reject (with a reason) or edit the draft before it is published',
-      validator: (decision: ReviewDecision): void => {
-        const refuse = (message: string): never => {
-          throw ApplicationFailure.create({ type: 'ReviewRefused', nonRetryable: true, message });
-        };
-        if (open === undefined)
-          refuse(
-            progress.review === undefined
-              ? `${workflowInfo().workflowId} has no draft awaiting review yet (its model steps are under way, or ` +
-                  'the run was started without a review)'
-              : `${workflowInfo().workflowId} has no draft awaiting review`,
-          );
-        const draft = open as ReviewDraft;
-        if (draft.decided !== undefined) refuse(`already decided: ${describeOutcome(draft.decided)}`);
-        if (Date.now() >= draft.deadline)
-          refuse(`too late: the review's deadline passed at ${new Date(draft.deadline).toISOString()}`);
-        const problem = decisionProblem(decision, draft.fields);
-        if (problem !== undefined) refuse(`invalid decision: ${problem}`);
-      },
-    },
-  );
+  ): Promise<ReviewOutcome> {
+    const since = Date.now();
+    const deadline = since + settings.timeoutMinutes * 60_000;
+    const waiting: ReviewDraft = { ...draft, awaitingSince: since, deadline, onTimeout: settings.onTimeout };
+    this.open = waiting;
+    this.progress.review = 'awaiting';
+    upsertSearchAttributes([{ key: REVIEW_STATUS, value: 'awaiting' }]);
+    const span = otel.trace
+      .getTracer('document-pipeline')
+      .startSpan('Review', { startTime: since, attributes: { onTimeout: settings.onTimeout } });
+    await tell(true);
+    const decidedInTime = await condition(() => waiting.decided !== undefined, deadline - since);
+    const outcome: ReviewOutcome =
+      decidedInTime && waiting.decided !== undefined
+        ? waiting.decided
+        : (waiting.decided = {
+            outcome: 'expired',
+            policy: settings.onTimeout,
+            decidedAt: Date.now(),
+            waitedMs: Date.now() - since,
+          });
+    this.progress.review = outcome.outcome;
+    upsertSearchAttributes([{ key: REVIEW_STATUS, value: outcome.outcome }]);
+    reviewSink.decided(outcome.outcome, outcome.waitedMs / 1000);
+    span.setAttributes({
+      outcome: outcome.outcome,
+      ...(outcome.reviewer === undefined ? {} : { reviewer: outcome.reviewer }),
+    });
+    span.end(Date.now());
+    await tell(false);
+    return outcome;
+  }
 
-  return {
-    async await(draft, settings, tell) {
-      const since = Date.now();
-      const deadline = since + settings.timeoutMinutes * 60_000;
-      const waiting: ReviewDraft = {
-        ...draft,
-        awaitingSince: since,
-        deadline,
-        onTimeout: settings.onTimeout,
-      };
-      open = waiting;
-      progress.review = 'awaiting';
-      upsertSearchAttributes([{ key: REVIEW_STATUS, value: 'awaiting' }]);
-      const span = otel.trace
-        .getTracer('document-pipeline')
-        .startSpan('Review', { startTime: since, attributes: { onTimeout: settings.onTimeout } });
-      await tell(true);
-      const decidedInTime = await condition(() => waiting.decided !== undefined, deadline - since);
-      const outcome: ReviewOutcome =
-        decidedInTime && waiting.decided !== undefined
-          ? waiting.decided
-          : (waiting.decided = {
-              outcome: 'expired',
-              policy: settings.onTimeout,
-              decidedAt: Date.now(),
-              waitedMs: Date.now() - since,
-            });
-      progress.review = outcome.outcome;
-      upsertSearchAttributes([{ key: REVIEW_STATUS, value: outcome.outcome }]);
-      reviewSink.decided(outcome.outcome, outcome.waitedMs / 1000);
-      span.setAttributes({
-        outcome: outcome.outcome,
-        ...(outcome.reviewer === undefined ? {} : { reviewer: outcome.reviewer }),
+  /** The update's validator: a decision is refused, leaving no trace in the history, unless it can be taken now. */
+  private validate(decision: ReviewDecision): void {
+    const refuse = (message: string): never => {
+      throw ApplicationFailure.create({ type: 'ReviewRefused', nonRetryable: true, message });
+    };
+    const draft = this.open;
+    if (draft === undefined)
+      return refuse(
+        this.progress.review === undefined
+          ? `${workflowInfo().workflowId} has no draft awaiting review yet (its model steps are under way, or ` +
+              'the run was started without a review)'
+          : `${workflowInfo().workflowId} has no draft awaiting review`,
+      );
+    if (draft.decided !== undefined) refuse(`already decided: ${describeOutcome(draft.decided)}`);
+    if (Date.now() >= draft.deadline)
+      refuse(`too late: the review's deadline passed at ${new Date(draft.deadline).toISOString()}`);
+    const problem = decisionProblem(decision, draft.fields);
+    if (problem !== undefined) refuse(`invalid decision: ${problem}`);
+  }
+
+  /** The update's handler: takes the decision the validator accepted, unless another won in the same activation. */
+  private decide(decision: ReviewDecision): ReviewOutcome {
+    const draft = this.open;
+    if (draft === undefined || draft.decided !== undefined)
+      throw ApplicationFailure.create({
+        type: 'ReviewRefused',
+        nonRetryable: true,
+        message: `already decided: ${draft?.decided === undefined ? 'no draft' : describeOutcome(draft.decided)}`,
       });
-      span.end(Date.now());
-      await tell(false);
-      return outcome;
-    },
-  };
+    const taken = normalizeDecision(decision);
+    const outcome: ReviewOutcome = {
+      outcome: taken.action === 'approve' ? 'approved' : taken.action === 'reject' ? 'rejected' : 'edited',
+      reviewer: taken.reviewer,
+      ...(taken.action === 'reject' ? { reason: taken.reason } : {}),
+      ...(taken.action === 'edit' ? { edits: taken.fields } : {}),
+      decidedAt: Date.now(),
+      waitedMs: Date.now() - draft.awaitingSince,
+    };
+    draft.decided = outcome;
+    return outcome;
+  }
 }
