@@ -1,14 +1,12 @@
 import './compose';
 import { loadConfig, SAMPLES_DIR } from '../config';
-import { createDependencies } from '../dependencies';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
 import { connectClient, connectWorker } from '../temporal/connection';
 import { connectOrStartTemporal, webUiLine } from '../temporal/choose-server';
 import { parseRunArgs } from './args';
 import { quietSdkLogs } from '../temporal/runtime';
-import { drainOnSignals } from '../temporal/shutdown';
-import { createPipelineWorker } from '../temporal/worker';
+import { wirePipelineWorker } from '../temporal/serve';
 
 /**
  * `npm start [-- --rerun] [files or folders]`: the whole job in one process. Finds or starts a Temporal server (embedded,
@@ -25,23 +23,17 @@ async function run(): Promise<void> {
   console.log(`Temporal: ${target.address} (${target.origin}), namespace ${target.namespace}`);
   const { client, dataConverter, close: closeClient } = await connectClient(config, { endpoint: target });
   const nativeConnection = await connectWorker(config, target);
-  const { deps, stores, close } = await createDependencies(config);
+  let closeWorker = async (): Promise<void> => {};
   let interrupted = false;
   let finished = false;
   // Stops following the batch when the worker stops first (Ctrl-C, a worker failure): see the finally below.
   const follow = new AbortController();
   let following: Promise<unknown> = Promise.resolve();
   try {
-    const worker = await createPipelineWorker({
-      connection: nativeConnection,
-      namespace: target.namespace,
-      taskQueue: config.taskQueue,
-      deps,
-      dataConverter,
-    });
     const checkpoint = target.origin === 'embedded' ? config.paths.temporal : 'the Temporal server';
     // A second Ctrl-C does not wait: the steps cut off rerun on the next start, the server stops on exit.
-    drainOnSignals(worker, {
+    const wired = await wirePipelineWorker(config, nativeConnection, target.namespace, {
+      dataConverter,
       announce: (line, signal) => {
         // Ctrl-C ends with 130 once the steps under way are recorded; a SIGTERM (a deploy) as a stopped job does.
         interrupted = signal === 'SIGINT';
@@ -50,6 +42,8 @@ async function run(): Promise<void> {
         );
       },
     });
+    closeWorker = wired.close;
+    const { worker, deps, stores } = wired;
     console.log(
       `Worker ${worker.options.identity}: model ${deps.model.info.provider}/${deps.model.info.model}, ` +
         `publisher ${deps.publisher.kind}, payloads ${dataConverter ? 'encrypted' : 'in plaintext'}, ` +
@@ -80,7 +74,7 @@ async function run(): Promise<void> {
     // on the closed channel and crash the process. Cancel them and wait until the follow has let go.
     follow.abort();
     await following;
-    await close();
+    await closeWorker();
     await nativeConnection.close();
     await closeClient();
     await target.close();
