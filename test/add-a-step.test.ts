@@ -1,10 +1,11 @@
 /**
  * The structure, proven by use: docs/add-a-step.md adds a fourth step, one that asks the model something new, as
- * one folder of its own, its line in the step list and its call in the workflow. This test applies exactly those
- * patches to a copy of the repository and shows that they are enough: the copy type-checks, its pipeline runs all
- * four steps on a real (time-skipping) Temporal server, on the offline model and on the demo's model server, with
- * the new step's result, key, cost, column and publication field reported by the unchanged code, and the committed
- * histories of older runs still replay against it.
+ * one folder of its own (one typed definition and its offline answer), its line in the step list and its call in
+ * the workflow. This test applies exactly those patches to a copy of the repository and shows that they are
+ * enough: the copy type-checks (but for the two tests that write out a whole result, which the guide names), its
+ * pipeline runs all four steps on a real (time-skipping) Temporal server, on the offline model and on the demo's
+ * model server, with the new step's result, key, cost, column and publication field reported by the unchanged
+ * kit, and the committed histories of older runs still replay against it.
  */
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,16 +23,41 @@ installQuietRuntime();
 const defer = cleanupAfterAll();
 const ROOT = path.join(__dirname, '..');
 const GUIDE = path.join(ROOT, 'docs', 'add-a-step.md');
+/** The heading of the guide's second worked example (test/change-a-step.test.ts applies its blocks). */
+const SECOND_EXAMPLE = '## Second worked example';
 /** The files adding a step may touch: its own folder, its line in the step list, and its call in the workflow. */
 const EXPECTED_FILES = [
   'activities/headline/index.ts',
   'activities/headline/offline.ts',
-  'activities/headline/prompt.ts',
-  'activities/headline/schema.ts',
-  'activities/headline/step.ts',
   'activities/index.ts',
   'workflows/index.ts',
 ];
+/** The tests that write out a whole run's result by hand: a new step's result is missing from them (the guide says so). */
+const WHOLE_RESULT_TESTS = ['test/outcomes.ts', 'test/statuses.test.ts'];
+
+/** The files `tsc --noEmit` reports errors in, in the repository at `dir` (relative paths, sorted). */
+function filesWithTypeErrors(dir: string): string[] {
+  try {
+    execFileSync(
+      process.execPath,
+      [
+        path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
+        '-p',
+        'tsconfig.json',
+        '--noEmit',
+        '--pretty',
+        'false',
+      ],
+      { cwd: dir, stdio: 'pipe', encoding: 'utf8' },
+    );
+    return [];
+  } catch (err) {
+    const output = String((err as { stdout?: unknown }).stdout ?? '');
+    const files = [...output.matchAll(/^([^\s(][^(]*)\(\d+,\d+\): error TS/gm)].map((m) => m[1] ?? '');
+    assert.ok(files.length > 0, `tsc failed without naming a file: ${output}${String(err)}`);
+    return [...new Set(files)].sort();
+  }
+}
 
 /** The ```diff blocks of a Markdown text, in order. */
 function diffBlocks(markdown: string): string[] {
@@ -62,7 +88,9 @@ describe('adding a step, as docs/add-a-step.md says', () => {
     testEnv = await timeSkippingEnv(defer);
     copy = scratchDir(defer, 'add-a-step-');
     copyRepository(copy);
-    patches = diffBlocks(fs.readFileSync(GUIDE, 'utf8'));
+    // The first worked example's blocks: those before the second worked example.
+    const guide = fs.readFileSync(GUIDE, 'utf8');
+    patches = diffBlocks(guide.slice(0, guide.indexOf(SECOND_EXAMPLE)));
     for (const patch of patches) execFileSync('git', ['apply', '-'], { cwd: copy, input: patch });
     bundle = await bundleWorkflowCode({
       workflowsPath: path.join(copy, 'workflows'),
@@ -104,33 +132,35 @@ describe('adding a step, as docs/add-a-step.md says', () => {
     );
   });
 
-  it('type-checks with those changes alone', { timeout: 120_000 }, () => {
-    execFileSync(
-      process.execPath,
-      [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json', '--noEmit'],
-      {
-        cwd: copy,
-        stdio: 'pipe',
-      },
-    );
-  });
+  it(
+    'type-checks with those changes alone, but for the tests that write out a whole result',
+    { timeout: 120_000 },
+    () => {
+      const failing = filesWithTypeErrors(copy);
+      assert.deepEqual(
+        failing.filter((file) => !WHOLE_RESULT_TESTS.includes(file)),
+        [],
+        'files that no longer type-check once the step is added',
+      );
+    },
+  );
 
   for (const model of ['the offline model', "the demo's model server"] as const) {
     it(
       `runs four steps on ${model}; the unchanged report, result table and publication count the new one`,
       { timeout: 90_000 },
       async () => {
+        // The copy's composition root hands the copy's step list to the copy's kit.
+        await import(path.join(copy, 'src', 'cli', 'compose.ts'));
         const { loadConfig } = await import(path.join(copy, 'src', 'config.ts'));
         const { createDependencies } = await import(path.join(copy, 'src', 'dependencies.ts'));
         const { createPipelineWorker } = await import(path.join(copy, 'src', 'temporal', 'worker.ts'));
         const { recoveryReport } = await import(path.join(copy, 'src', 'runs', 'history.ts'));
         const { printOutcomes } = await import(path.join(copy, 'src', 'runs', 'result-table.ts'));
-        const { modelStepResults } = await import(path.join(copy, 'src', 'contract.ts'));
-        const { STEPS } = await import(path.join(copy, 'src', 'steps.ts'));
-        const { HeadlineResultSchema } = await import(path.join(copy, 'activities', 'headline', 'schema.ts'));
-        const { demoModel, startModelServer } = await import(
-          path.join(copy, 'src', 'cli', 'demo', 'model-server.ts')
-        );
+        const { modelStepResults } = await import(path.join(copy, 'src', 'contract', 'index.ts'));
+        const { stepNames } = await import(path.join(copy, 'src', 'steps', 'registry.ts'));
+        const { headline: definition } = await import(path.join(copy, 'activities', 'headline', 'index.ts'));
+        const { demoModel, startModelServer } = await import(path.join(copy, 'demo', 'model-server.ts'));
         const env: Record<string, string> = { DATA_DIR: path.join(copy, `data-${randomUUID()}`) };
         type Server = { baseUrl: string; requests: { step: string | undefined }[]; close(): Promise<void> };
         const server: Server | undefined =
@@ -168,9 +198,11 @@ describe('adding a step, as docs/add-a-step.md says', () => {
           ],
         });
         const result = await worker.runUntil(handle.result());
-        const headline = HeadlineResultSchema.parse(result.headline);
+        const headline = { ...definition.fields.parse(result.headline), ...result.headline };
         assert.ok(headline.headline.length > 0);
         assert.equal(headline.idempotencyKey, `${handle.firstExecutionRunId}:headline`);
+        assert.ok(headline.usage.outputTokens > 0, 'the headline step counts its tokens');
+        const STEPS = stepNames();
         assert.deepEqual(STEPS, ['summarize', 'tag', 'headline', 'publish']);
         if (server !== undefined)
           assert.deepEqual(

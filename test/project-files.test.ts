@@ -1,18 +1,22 @@
 /**
  * What a person editing this repository meets around the code: lint and format cover the project's own files and
  * none of the person's (documents kept in `notes/` for `npm start -- notes/` once failed `npm test`); the watch and
- * server commands exist; "Change a step" in the README names every test that pins what a step returns; and every
- * repository path, heading and `npm run` script that the README, docs/ and the code's comments name exists.
+ * server commands exist; "Change a step" in the README names every test that pins what a step returns; every
+ * repository path, heading and `npm run` script that the README, docs/ and the code's comments name exists; the
+ * README's Layout names every folder; and where docs/ count the stores, they are the stores the code opens.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ESLint } from 'eslint';
 import * as prettier from 'prettier';
 import ts from 'typescript';
 import { z } from 'zod';
+import { loadConfig } from '../src/config';
+import { openStores } from '../src/store/open';
 
 const ROOT = path.resolve(__dirname, '..');
 const PRETTIER_IGNORE = path.join(ROOT, '.prettierignore');
@@ -345,5 +349,144 @@ describe('names in the README, docs/ and comments', () => {
     );
     assert.equal(pathsNamed(text, topLevelFolders())[1]?.anchor, 'no-such-heading');
     assert.deepEqual(scriptsNamed(text), ['no-such-script']);
+  });
+});
+
+/** The README's "## Layout" section: the text of its code blocks. */
+function layoutBlockOf(readme: string): string {
+  const section = /^## Layout\n([\s\S]*?)^## /m.exec(readme)?.[1];
+  assert.ok(section !== undefined, 'the README has no "## Layout" section');
+  return [...section.matchAll(/^```\n([\s\S]*?)^```$/gm)].map((m) => m[1] ?? '').join('\n');
+}
+
+/**
+ * What is wrong with a README's Layout block, given the files git tracks: a top-level folder or a folder directly
+ * under src/ it does not name (as `docs/`, `src/steps/`), and a path it names (a word with a slash) that is not there.
+ */
+function layoutProblems(
+  readme: string,
+  tracked: readonly string[],
+  exists: (name: string) => boolean,
+): string[] {
+  const block = layoutBlockOf(readme);
+  const named = new Set(
+    [...block.matchAll(/(?<![\w./-])((?:\.?[\w-]+\/)+[\w.-]*)/g)].map((m) => (m[1] ?? '').replace(/\.$/, '')),
+  );
+  const folders = new Set<string>();
+  for (const file of tracked) {
+    const parts = file.split('/');
+    if (parts.length > 1) folders.add(`${parts[0]}/`);
+    if (parts[0] === 'src' && parts.length > 2) folders.add(`src/${parts[1]}/`);
+  }
+  const problems = [...folders]
+    .filter((folder) => !named.has(folder))
+    .map((folder) => `${folder} is not in the Layout block: add a line for it`);
+  for (const name of named)
+    if (!exists(name))
+      problems.push(`${name} is named in the Layout block, and there is no such file or folder`);
+  return problems;
+}
+
+describe("the README's Layout", () => {
+  const tracked = execFileSync('git', ['ls-files'], { cwd: ROOT, encoding: 'utf8' })
+    .split('\n')
+    .filter((f) => f !== '' && fs.existsSync(path.join(ROOT, f)));
+  const exists = (name: string) => fs.existsSync(path.join(ROOT, name));
+
+  it('names every top-level folder and every folder of src/, and only paths that exist', () => {
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    assert.deepEqual(layoutProblems(readme, tracked, exists), []);
+  });
+
+  it('the check itself finds a folder left out and a path that is not there', () => {
+    const readme = '## Layout\n\n```\nsrc/model/   models\nsrc/gone.ts  gone\n```\n\n## More\n';
+    const files = ['src/model/types.ts', 'src/steps/define.ts', 'docs/cost.md'];
+    assert.deepEqual(
+      layoutProblems(readme, files, (name) => name === 'src/model/'),
+      [
+        'src/ is not in the Layout block: add a line for it',
+        'src/steps/ is not in the Layout block: add a line for it',
+        'docs/ is not in the Layout block: add a line for it',
+        'src/gone.ts is named in the Layout block, and there is no such file or folder',
+      ],
+    );
+  });
+});
+
+/** The members of `Stores` (src/store/open.ts) that are not stores. */
+const NOT_STORES = new Set(['backend', 'close']);
+
+/**
+ * How docs/ names each store of `Stores`: a sentence of docs/ that counts the stores ("six stores") names every one
+ * with these words. A new store goes here and into those sentences.
+ */
+const STORE_WORDS: Readonly<Record<string, string>> = {
+  blobs: 'document texts',
+  memo: 'memo',
+  ledger: 'delivery ledger',
+  rateLimits: 'pacing',
+  bulkClaims: 'claims',
+  publications: 'publication',
+};
+
+const COUNT_WORDS = [
+  'two',
+  'three',
+  'four',
+  'five',
+  'six',
+  'seven',
+  'eight',
+  'nine',
+  'ten',
+  'eleven',
+  'twelve',
+];
+
+/** The sentences of a page that count the stores in words, each with the count. */
+function storeCounts(markdown: string): { count: number; sentence: string }[] {
+  const pattern = new RegExp(String.raw`\b(${COUNT_WORDS.join('|')}) stores\b[\s\S]*?(?:\.(?=\s|$)|$)`, 'gi');
+  return [...markdown.matchAll(pattern)].map((m) => ({
+    count: COUNT_WORDS.indexOf((m[1] ?? '').toLowerCase()) + 2,
+    sentence: m[0].replace(/\s+/g, ' '),
+  }));
+}
+
+describe('the stores docs/ count', () => {
+  it('are the stores openStores opens', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stores-named-'));
+    try {
+      const stores = await openStores(loadConfig({ DATA_DIR: dir }));
+      await stores.close();
+      assert.deepEqual(
+        Object.keys(stores)
+          .filter((key) => !NOT_STORES.has(key))
+          .sort(),
+        Object.keys(STORE_WORDS).sort(),
+        'Stores (src/store/open.ts) and STORE_WORDS differ: say here how docs/ names the new store, and name it ' +
+          'where docs/backends.md, docs/deploy.md and docs/security.md count the stores',
+      );
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('each sentence that counts them gives their number and names every one', () => {
+    const problems: string[] = [];
+    const counted = new Set<string>();
+    for (const page of markdownPages()) {
+      for (const { count, sentence } of storeCounts(fs.readFileSync(path.join(ROOT, page), 'utf8'))) {
+        counted.add(page);
+        const stores = Object.keys(STORE_WORDS).length;
+        if (count !== stores)
+          problems.push(`${page}: counts ${count} stores, there are ${stores}: "${sentence}"`);
+        for (const [store, words] of Object.entries(STORE_WORDS))
+          if (!sentence.toLowerCase().includes(words))
+            problems.push(`${page}: does not name ${store} ("${words}") in "${sentence}"`);
+      }
+    }
+    for (const page of ['docs/backends.md', 'docs/deploy.md', 'docs/security.md'])
+      if (!counted.has(page)) problems.push(`${page}: no sentence counts the stores ("six stores: ...")`);
+    assert.deepEqual(problems, []);
   });
 });

@@ -100,15 +100,18 @@ describe('a step that changed is asked again, and only it', { timeout: 8 * 60_00
   const documents = (): number =>
     fs.readdirSync(path.join(copy, 'samples')).filter((f) => f.endsWith('.md')).length;
 
-  it('asks every step for every document on the first run', async () => {
+  it('asks every step for every document on the first run', async (t) => {
     const { output, asked } = await rerun();
+    t.diagnostic(`first run: model calls ${JSON.stringify(stepsOf(asked))}`);
     assert.deepEqual(stepsOf(asked), { summarize: documents(), tag: documents() }, output);
     assert.doesNotMatch(output, /Asked again because the step changed/);
   });
 
-  it("asks tag again after its prompt changed, reuses summarize's answers, and says so", async () => {
+  it("asks tag again after its prompt changed, reuses summarize's answers, and says so", async (t) => {
     fs.writeFileSync(tagFile(), fs.readFileSync(tagFile(), 'utf8').replace(ORIGINAL, EDITED));
     const { output, asked } = await rerun();
+    t.diagnostic(`after the edit: model calls ${JSON.stringify(stepsOf(asked))}`);
+    t.diagnostic(output.split('\n').find((line) => line.startsWith('Asked again')) ?? '(no line)');
     assert.deepEqual(stepsOf(asked), { tag: documents() }, output);
     assert.match(
       output,
@@ -133,9 +136,10 @@ describe('a step that changed is asked again, and only it', { timeout: 8 * 60_00
     assert.match(report, /publication: +differs from the previous revision/);
   });
 
-  it('asks nothing once the change is reverted: the first answers are still in the memo', async () => {
+  it('asks nothing once the change is reverted: the first answers are still in the memo', async (t) => {
     fs.writeFileSync(tagFile(), fs.readFileSync(tagFile(), 'utf8').replace(EDITED, ORIGINAL));
     const { output, asked } = await rerun();
+    t.diagnostic(`after the revert: model calls ${JSON.stringify(stepsOf(asked))}`);
     assert.deepEqual(stepsOf(asked), {}, output);
     assert.doesNotMatch(output, /Asked again because the step changed/);
   });
