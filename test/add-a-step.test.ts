@@ -17,14 +17,12 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { installQuietRuntime, SAMPLE_TEXT, silentLogger, timeSkippingEnv } from './helpers';
+import { diffBlocks, filesWithTypeErrors, GUIDE, SECOND_EXAMPLE } from './guide';
 import { cleanupAfterAll, copyRepository, scratchDir } from './scratch';
 
 installQuietRuntime();
 const defer = cleanupAfterAll();
 const ROOT = path.join(__dirname, '..');
-const GUIDE = path.join(ROOT, 'docs', 'add-a-step.md');
-/** The heading of the guide's second worked example (test/change-a-step.test.ts applies its blocks). */
-const SECOND_EXAMPLE = '## Second worked example';
 /** The files adding a step may touch: its own folder, its line in the step list, and its call in the workflow. */
 const EXPECTED_FILES = [
   'activities/headline/index.ts',
@@ -34,35 +32,6 @@ const EXPECTED_FILES = [
 ];
 /** The tests that write out a whole run's result by hand: a new step's result is missing from them (the guide says so). */
 const WHOLE_RESULT_TESTS = ['test/outcomes.ts', 'test/statuses.test.ts'];
-
-/** The files `tsc --noEmit` reports errors in, in the repository at `dir` (relative paths, sorted). */
-function filesWithTypeErrors(dir: string): string[] {
-  try {
-    execFileSync(
-      process.execPath,
-      [
-        path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
-        '-p',
-        'tsconfig.json',
-        '--noEmit',
-        '--pretty',
-        'false',
-      ],
-      { cwd: dir, stdio: 'pipe', encoding: 'utf8' },
-    );
-    return [];
-  } catch (err) {
-    const output = String((err as { stdout?: unknown }).stdout ?? '');
-    const files = [...output.matchAll(/^([^\s(][^(]*)\(\d+,\d+\): error TS/gm)].map((m) => m[1] ?? '');
-    assert.ok(files.length > 0, `tsc failed without naming a file: ${output}${String(err)}`);
-    return [...new Set(files)].sort();
-  }
-}
-
-/** The ```diff blocks of a Markdown text, in order. */
-function diffBlocks(markdown: string): string[] {
-  return [...markdown.matchAll(/^```diff\n([\s\S]*?)^```$/gm)].map((m) => m[1] ?? '');
-}
 
 /** The files a patch writes (its `+++ b/<path>` lines). */
 function filesOf(patch: string): string[] {

@@ -9,17 +9,11 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { diffBlocks, filesWithTypeErrors, GUIDE, SECOND_EXAMPLE } from './guide';
 import { cleanupAfterAll, copyRepository, scratchDir } from './scratch';
 
 const defer = cleanupAfterAll();
 const ROOT = path.join(__dirname, '..');
-const GUIDE = path.join(ROOT, 'docs', 'add-a-step.md');
-const SECOND_EXAMPLE = '## Second worked example';
-
-/** The ```diff blocks of a Markdown text, in order. */
-function diffBlocks(markdown: string): string[] {
-  return [...markdown.matchAll(/^```diff\n([\s\S]*?)^```$/gm)].map((m) => m[1] ?? '');
-}
 
 /** The files `git apply --numstat` says a patch changes. */
 function filesOf(patch: string, cwd: string): string[] {
@@ -28,23 +22,6 @@ function filesOf(patch: string, cwd: string): string[] {
     .split('\n')
     .filter((line) => line !== '')
     .map((line) => line.split('\t')[2] ?? '');
-}
-
-/** The files `tsc --noEmit` reports errors in, in the repository at `dir` (relative paths, sorted). */
-function filesWithTypeErrors(dir: string): string[] {
-  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-  try {
-    execFileSync(process.execPath, [tsc, '-p', 'tsconfig.json', '--noEmit', '--pretty', 'false'], {
-      cwd: dir,
-      stdio: 'pipe',
-    });
-    return [];
-  } catch (err) {
-    const output = String((err as { stdout?: unknown }).stdout ?? '');
-    const files = [...output.matchAll(/^([^\s(][^(]*)\(\d+,\d+\): error TS/gm)].map((m) => m[1] ?? '');
-    assert.ok(files.length > 0, `tsc failed without naming a file: ${output}${String(err)}`);
-    return [...new Set(files)].sort();
-  }
 }
 
 describe("changing what tag returns, as docs/add-a-step.md's second example says", () => {

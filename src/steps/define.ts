@@ -49,8 +49,9 @@ export interface ModelStepSpec<
    */
   offline(text: string, input: Input): Fields;
   /**
-   * The step's result rules: what the memo keeps and reads back, what is published, and what a reviewer's edit
-   * must satisfy.
+   * The step's result rules: an answer that breaks them is refused before the memo keeps it, and what the memo
+   * reads back is checked against them. (A reviewer's edit is still checked by the review's own rules,
+   * src/contract/review.ts, not by these.)
    */
   fields: z.ZodType<Fields>;
   /** Why the document cannot go through this step (the answer is empty, say), as a message saying what to fix. */
@@ -121,11 +122,6 @@ export type StepActivities<S extends StepList> = {
 export type StepResults<S extends StepList> = {
   [D in ModelOf<S> as D['resultKey']]: ModelStepResultOf<D>;
 };
-
-/** A step's own input, as the workflow passes it (the kit adds the document and the budget). */
-export type OwnInput<S extends StepList, N extends ModelOf<S>['name']> = InputOf<
-  Extract<ModelOf<S>, { name: N }>
->;
 
 /** The model steps of a list. */
 export function modelSteps(steps: StepList): AnyModelStep[] {
