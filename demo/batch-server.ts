@@ -62,9 +62,18 @@ export interface BatchCall {
   action: 'upload' | 'create' | 'retrieve' | 'list' | 'cancel' | 'results' | 'content';
   batchId?: string;
   status: number;
+  /** The answer never reached the caller (loseAnswer): what it got instead. */
+  lost?: 'reset' | 'gateway';
 }
 
 export type LineFault = 'error' | 'refuse' | undefined;
+
+/**
+ * How the answer to a create that was carried out is lost on its way back: the connection reset, or a gateway in
+ * front of the provider answering 502 Bad Gateway (its own HTML page, as nginx sends it) for an origin that did
+ * the work. Either way the caller cannot tell whether the create happened.
+ */
+export type LostAnswer = 'reset' | 'gateway' | undefined;
 
 export interface BatchServerOptions {
   /** A batch's answers are ready this long after it was created (default 0: at its first look). */
@@ -81,6 +90,11 @@ export interface BatchServerOptions {
   apiKey?: string;
   /** Called once a batch is stored, before the create is answered (a test may kill the caller here). */
   afterCreate?: (batch: ServedBatch) => void | Promise<void>;
+  /**
+   * Loses the answer to a create after it was carried out (the n-th of its kind, counting from 1): a file upload
+   * (stored) or a batch create (the batch made, and it runs), as a reset or a gateway's 502.
+   */
+  loseAnswer?: (call: { api: BatchApiName; action: 'upload' | 'create'; n: number }) => LostAnswer;
   /** Called before an ended batch's results are sent (the output file, Anthropic's results). */
   beforeResults?: (batch: ServedBatch) => void | Promise<void>;
   /**
@@ -97,6 +111,11 @@ export interface BatchServer {
   calls: BatchCall[];
   /** How many times each custom_id was answered (and so paid), over every batch. */
   paid(): Map<string, number>;
+  /**
+   * Runs every batch still open to its end, as the provider does within its window whether anyone looks or not
+   * (a batch no caller knows of included), so that paid() counts what the provider bills.
+   */
+  runAll(): void;
   /** The one-by-one calls (chat completions, Messages) received, each paid when answered. */
   direct: ChatRequest[];
   close(): Promise<void>;
@@ -109,12 +128,13 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
   const batches: ServedBatch[] = [];
   const calls: BatchCall[] = [];
   const files = new Map<string, { purpose: string; filename: string; bytes: Buffer; createdAt: number }>();
+  const creates = new Map<string, number>();
   let base = '';
 
   const newId = (prefix: string): string => `${prefix}${randomBytes(12).toString('hex')}`;
 
-  /** Moves a batch on, as its time or its looks say; answers its lines when it ends. */
-  const advance = (batch: ServedBatch): void => {
+  /** Moves a batch on, as its time or its looks say (or to its end: `runOut`); answers its lines when it ends. */
+  const advance = (batch: ServedBatch, runOut = false): void => {
     if (batch.endedAt !== undefined) return;
     if (batch.cancelRequested) {
       if (batch.status === 'cancelling' || batch.status === 'canceling') {
@@ -124,11 +144,12 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
       return;
     }
     const due =
-      options.completeWhen !== undefined
+      runOut ||
+      (options.completeWhen !== undefined
         ? options.completeWhen(batch)
         : options.completeAtLook !== undefined
           ? batch.looks >= options.completeAtLook
-          : Date.now() - batch.createdAt >= (options.completeAfterMs ?? 0);
+          : Date.now() - batch.createdAt >= (options.completeAfterMs ?? 0));
     if (batch.api === 'openai' && batch.status === 'validating') batch.status = 'in_progress';
     if (!due) return;
     const expiredAfter = options.expire?.(batch.seq, batch.lines.length);
@@ -356,7 +377,26 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
       }
       void route(req, Buffer.concat(chunks))
         .then(({ status, body, api, action, batchId, raw }) => {
-          calls.push({ at: Date.now(), api, action, ...(batchId === undefined ? {} : { batchId }), status });
+          let lost: LostAnswer;
+          if (status === 200 && (action === 'upload' || action === 'create')) {
+            const n = (creates.get(`${api} ${action}`) ?? 0) + 1;
+            creates.set(`${api} ${action}`, n);
+            lost = options.loseAnswer?.({ api, action, n });
+          }
+          calls.push({
+            at: Date.now(),
+            api,
+            action,
+            ...(batchId === undefined ? {} : { batchId }),
+            status,
+            ...(lost === undefined ? {} : { lost }),
+          });
+          if (lost === 'reset') return void req.socket.destroy();
+          if (lost === 'gateway') {
+            res.writeHead(502, { 'content-type': 'text/html', server: 'nginx' });
+            res.end(BAD_GATEWAY_PAGE);
+            return;
+          }
           if (raw !== undefined) {
             res.writeHead(status, { 'content-type': 'application/binary' });
             res.end(raw);
@@ -694,6 +734,9 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
             paid.set(l.customId, (paid.get(l.customId) ?? 0) + 1);
       return paid;
     },
+    runAll() {
+      for (const batch of batches) advance(batch, true);
+    },
     direct: direct.requests,
     async close() {
       await closeServer(server);
@@ -703,6 +746,11 @@ export async function startBatchServer(options: BatchServerOptions = {}): Promis
 }
 
 export const LOCAL_BATCH_KEY = DEFAULT_KEY;
+
+/** What nginx answers for an upstream whose answer it lost. */
+const BAD_GATEWAY_PAGE =
+  '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n' +
+  '<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
 
 function openAiError(
   status: number,

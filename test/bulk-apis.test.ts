@@ -2,7 +2,8 @@
  * The providers' batch APIs as bulk mode speaks them (src/bulk/openai-batches.ts, anthropic-batches.ts), through
  * the official clients, against the local server that follows each API's documentation: an interrupted attempt's
  * batch found again (OpenAI by the claim in its metadata; Anthropic, which keeps no mark, by its time, size and
- * results), and refusals of the request that fail at once saying what to fix.
+ * results), a create sent once (its answer lost, the SDK sends it no second time: the lookup finds the batch it
+ * made), and refusals of the request that fail at once saying what to fix.
  */
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -145,6 +146,36 @@ describe("the providers' batch APIs", () => {
       );
     });
   }
+
+  for (const provider of ['openai', 'anthropic'] as const)
+    for (const lost of ['reset', 'gateway'] as const) {
+      it(`sends ${provider}'s create once: its answer lost (${lost}), the create fails, and the one batch it made is found`, async () => {
+        const losing = await startBatchServer({
+          loseAnswer: ({ action, n }) => (action === 'create' && n === 1 ? lost : undefined),
+        });
+        defer(() => losing.close());
+        const settings = remoteModel(findProvider(provider)!, {
+          model: provider === 'openai' ? 'gpt-4o-mini' : 'claude-haiku-4-5',
+          baseUrl: losing.baseUrl,
+          apiKey: LOCAL_BATCH_KEY,
+        });
+        const batches = provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+        const claimedAt = new Date();
+        const sent = lines(`lost-${provider}-${lost}`, 4);
+        // Retryable: it says nothing of whether the batch was made.
+        await assert.rejects(
+          batches.create('claim-lost', sent, signal),
+          (err) => !(err instanceof ApplicationFailure && err.nonRetryable),
+        );
+        assert.equal(losing.batches.length, 1, 'the create was sent again');
+        const found = await batches.find(
+          'claim-lost',
+          { claimedAt, customIds: ids(sent), taken: new Set() },
+          signal,
+        );
+        assert.equal(found?.id, losing.batches[0]?.id);
+      });
+    }
 
   it("reads answers, refusals and errors of an ended batch in the step's shape", async () => {
     const faulty = await startBatchServer({

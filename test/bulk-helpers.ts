@@ -8,11 +8,14 @@ import type { Client, WorkflowHandle } from '@temporalio/client';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
 import { BATCH_SCHEMA_VERSION, batchIdFor } from '../src/contract/batch';
 import type { BatchInput, BulkSettings } from '../src/contract/batch';
-import type { BatchServer } from '../demo/batch-server';
+import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
+import type { BatchServer, BatchServerOptions } from '../demo/batch-server';
 import { loadConfig, SAMPLES_DIR } from '../src/config';
 import type { BlobStore } from '../src/documents/blobs';
 import { storeDocuments } from '../src/runs/batch-upload';
 import type { batch } from '../src/workflow';
+import { localParts } from './helpers';
+import type { LocalParts } from './helpers';
 import type { Defer } from './scratch';
 import { scratchDir } from './scratch';
 
@@ -32,6 +35,30 @@ export function documentFolder(defer: Defer, count: number): string {
   for (const source of sources.slice(0, count))
     fs.copyFileSync(source, path.join(dir, path.basename(source)));
   return dir;
+}
+
+const MODELS = {
+  openai: { MODEL: 'openai:gpt-4o-mini', OPENAI_BASE_URL: '', OPENAI_API_KEY: LOCAL_BATCH_KEY },
+  anthropic: {
+    MODEL: 'anthropic:claude-haiku-4-5',
+    ANTHROPIC_BASE_URL: '',
+    ANTHROPIC_API_KEY: LOCAL_BATCH_KEY,
+  },
+};
+
+/** A batch server, and a worker's parts whose model is `provider` at that server. */
+export async function bulkSetup(
+  defer: Defer,
+  provider: keyof typeof MODELS,
+  options: BatchServerOptions,
+): Promise<{ server: BatchServer; local: LocalParts }> {
+  const server = await startBatchServer(options);
+  defer(() => server.close());
+  const env: Record<string, string> = { ...MODELS[provider] };
+  env[provider === 'openai' ? 'OPENAI_BASE_URL' : 'ANTHROPIC_BASE_URL'] = server.baseUrl;
+  const local = await localParts({ dir: scratchDir(defer), model: 'configured', env });
+  defer(() => local.close());
+  return { server, local };
 }
 
 /** Stores the folder's documents and starts the batch workflow over them with bulk mode on. */

@@ -11,14 +11,11 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
-import type { BatchServer, BatchServerOptions } from '../demo/batch-server';
 import type { PipelineResult } from '../src/cli/compose';
 import { batchProgressQuery } from '../src/workflow';
-import { documentFolder, resultWithin, serverCounts, startBulkBatch } from './bulk-helpers';
-import { installQuietRuntime, localParts, pipelineWorker, timeSkippingEnv } from './helpers';
-import type { LocalParts } from './helpers';
-import { cleanupAfterAll, scratchDir } from './scratch';
+import { bulkSetup, documentFolder, resultWithin, serverCounts, startBulkBatch } from './bulk-helpers';
+import { installQuietRuntime, pipelineWorker, timeSkippingEnv } from './helpers';
+import { cleanupAfterAll } from './scratch';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
@@ -27,29 +24,6 @@ before(async () => {
   installQuietRuntime();
   env = await timeSkippingEnv(defer);
 });
-
-const MODELS = {
-  openai: { MODEL: 'openai:gpt-4o-mini', OPENAI_BASE_URL: '', OPENAI_API_KEY: LOCAL_BATCH_KEY },
-  anthropic: {
-    MODEL: 'anthropic:claude-haiku-4-5',
-    ANTHROPIC_BASE_URL: '',
-    ANTHROPIC_API_KEY: LOCAL_BATCH_KEY,
-  },
-};
-
-/** A batch server, and a worker's parts whose model is `provider` at that server. */
-async function bulkSetup(
-  provider: keyof typeof MODELS,
-  options: BatchServerOptions,
-): Promise<{ server: BatchServer; local: LocalParts }> {
-  const server = await startBatchServer(options);
-  defer(() => server.close());
-  const env: Record<string, string> = { ...MODELS[provider] };
-  env[provider === 'openai' ? 'OPENAI_BASE_URL' : 'ANTHROPIC_BASE_URL'] = server.baseUrl;
-  const local = await localParts({ dir: scratchDir(defer), model: 'configured', env });
-  defer(() => local.close());
-  return { server, local };
-}
 
 /** Each document's run result, read from its own workflow. */
 async function documentResults(workflowIds: string[]): Promise<PipelineResult[]> {
@@ -67,7 +41,7 @@ function timerSeconds(history: temporal.api.history.v1.IHistory): number[] {
 
 describe('bulk mode on the time-skipping server', () => {
   it('answers every model step from one provider batch, minutes later, at half the price, with no call of its own', async () => {
-    const { server, local } = await bulkSetup('openai', { completeAtLook: 3 });
+    const { server, local } = await bulkSetup(defer, 'openai', { completeAtLook: 3 });
     const folder = documentFolder(defer, 6);
     const taskQueue = `bulk-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
@@ -125,7 +99,7 @@ describe('bulk mode on the time-skipping server', () => {
 
   it('sends what a round left unanswered (errors, refused answers) in a second provider batch, quoting the refusal, and pays no answer twice', async () => {
     // The first batch answers lines 0, 5, 10 with an error, and refuses lines 3 and 8 (malformed JSON, or cut off).
-    const { server, local } = await bulkSetup('anthropic', {
+    const { server, local } = await bulkSetup(defer, 'anthropic', {
       completeAtLook: 2,
       fault: ({ batchSeq, index }) =>
         batchSeq !== 1 ? undefined : index % 5 === 0 ? 'error' : index % 5 === 3 ? 'refuse' : undefined,
@@ -164,7 +138,7 @@ describe('bulk mode on the time-skipping server', () => {
 
   it("leaves what an expired batch did not answer to the documents' own calls, which pay for nothing answered", async () => {
     // The batch expires with its first 5 of 12 lines answered.
-    const { server, local } = await bulkSetup('anthropic', { completeAtLook: 2, expire: () => 5 });
+    const { server, local } = await bulkSetup(defer, 'anthropic', { completeAtLook: 2, expire: () => 5 });
     const folder = documentFolder(defer, 6);
     const taskQueue = `bulk-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);
@@ -183,7 +157,7 @@ describe('bulk mode on the time-skipping server', () => {
   });
 
   it('cancels the provider batch when the batch is cancelled, and keeps what it answered before the cancel', async () => {
-    const { server, local } = await bulkSetup('openai', { completeAtLook: 1_000 });
+    const { server, local } = await bulkSetup(defer, 'openai', { completeAtLook: 1_000 });
     const folder = documentFolder(defer, 4);
     const taskQueue = `bulk-${randomUUID()}`;
     const worker = await pipelineWorker(env, taskQueue, local.deps);

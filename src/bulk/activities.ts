@@ -7,6 +7,7 @@
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { BatchEntry } from '../contract/batch';
 import type { BulkClaim, BulkCollected, SqlBulkClaims } from './claims';
+import { findOrCreate } from './create-once';
 import type { BatchApi, BulkLine, BulkOutcome, BulkRequestRecord, ProviderBatchState } from './types';
 import { customIdFor } from './types';
 import { FailureType, workflowIdFor } from '../contract';
@@ -154,8 +155,8 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
   };
 
   /**
-   * The provider batch of a claim: the one recorded; else the one an interrupted attempt created, found at the
-   * provider; else a new one, recorded at once.
+   * The provider batch of a claim: the one recorded; else the one an interrupted attempt (or a create whose answer
+   * was lost) made, found at the provider; else a new one (findOrCreate), recorded at once.
    */
   const batchOf = async (claim: BulkClaim, signal: AbortSignal): Promise<BulkPart> => {
     const { api, claims } = parts();
@@ -164,21 +165,17 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
       const state = await api.retrieve(claim.providerBatchId, signal);
       return { claimKey: claim.claimKey, providerBatchId: state.id, requests, state };
     }
-    const found = await api.find(
-      claim.claimKey,
-      {
-        claimedAt: claim.claimedAt,
-        customIds: new Set(claim.requests.map((r) => r.customId)),
-        taken: await claims.taken(api.provider),
-      },
+    const { state, found } = await findOrCreate(
+      api,
+      claim,
+      { taken: () => claims.taken(api.provider), lines: () => linesOf(claim) },
       signal,
     );
-    if (found !== undefined)
+    if (found)
       log.info('Found the provider batch an interrupted attempt created; not creating another', {
         claimKey: claim.claimKey,
-        providerBatchId: found.id,
+        providerBatchId: state.id,
       });
-    const state = found ?? (await api.create(claim.claimKey, await linesOf(claim), signal));
     const recorded = await claims.record(claim.claimKey, state.id);
     return { claimKey: claim.claimKey, providerBatchId: recorded, requests, state };
   };

@@ -46,7 +46,11 @@ export class AnthropicBatches implements BatchApi {
       custom_id: record.customId,
       params: this.params(request, text, record.retryHint),
     }));
-    return stateOf(await this.call(() => this.client.messages.batches.create({ requests }, { signal })));
+    // Sent once: the SDK would send it again after a reset or a 5xx, and a message batch takes no idempotency key,
+    // so a lost answer would buy a second batch. The caller looks for the batch before it creates again.
+    return stateOf(
+      await this.call(() => this.client.messages.batches.create({ requests }, { signal, maxRetries: 0 })),
+    );
   }
 
   async find(

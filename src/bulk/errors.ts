@@ -4,8 +4,9 @@ import { excerpt, isRetryableStatus } from '../lib/http';
 
 /**
  * A batch API call's failure as Temporal should see it. The SDKs retry connection failures, 408, 409, 429 and
- * 5xx themselves a few times; what is left of those is retried by Temporal (the activity fails retryably), while
- * a refusal of the request (401, 403, 404, 400) fails at once and says what to fix.
+ * 5xx themselves a few times (not a create, sent once: create-once.ts retries it after a lookup); what is left of
+ * those is retried by Temporal (the activity fails retryably), while a refusal of the request (401, 403, 404, 400)
+ * fails at once and says what to fix.
  */
 export function batchApiFailure(
   err: unknown,

@@ -20,12 +20,18 @@ const ENDPOINT = '/v1/chat/completions';
 const ENDED = new Set(['completed', 'failed', 'expired', 'cancelled']);
 /** How far back a lookup lists batches before its claim was made: clocks of the worker and the provider differ. */
 const CLOCK_SKEW_S = 600;
+/**
+ * A create is sent once: the SDK would send it again after a reset or a 5xx, and the API takes no idempotency key,
+ * so a lost answer would buy a second batch. The caller looks for the batch before it creates again (create-once.ts).
+ */
+const SENT_ONCE = { maxRetries: 0 } as const;
 
 /**
  * OpenAI's Batch API through its official client: the lines go up as a JSONL file (purpose `batch`), the batch
  * is created on /v1/chat/completions with a 24 h window and the claim's key in its metadata, and the answers come
- * back as an output file (and the failures as an error file), matched by custom_id. An interrupted attempt's batch
- * is found by listing the account's batches, newest first, back to the claim's time, for that metadata.
+ * back as an output file (and the failures as an error file), matched by custom_id. The upload and the create are
+ * sent once each (no SDK retries); an interrupted attempt's batch (or one whose create's answer was lost) is found by
+ * listing the account's batches, newest first, back to the claim's time, for that metadata.
  */
 export class OpenAiBatches implements BatchApi {
   readonly provider = 'openai';
@@ -58,7 +64,7 @@ export class OpenAiBatches implements BatchApi {
           file: await toFile(Buffer.from(`${jsonl}\n`), `${claimKey.replace(/[^\w-]/g, '_')}.jsonl`),
           purpose: 'batch',
         },
-        { signal },
+        { signal, ...SENT_ONCE },
       ),
     );
     const batch = await this.call(() =>
@@ -69,7 +75,7 @@ export class OpenAiBatches implements BatchApi {
           completion_window: '24h',
           metadata: { [CLAIM_METADATA_KEY]: claimKey },
         },
-        { signal },
+        { signal, ...SENT_ONCE },
       ),
     );
     return stateOf(batch);
