@@ -94,7 +94,9 @@ export async function createDependencies(
   return {
     deps: {
       model: overrides.model ?? createModel(config, stores.rateLimits),
-      ...(batchApi === undefined ? {} : { bulk: { api: batchApi, claims: stores.bulkClaims } }),
+      ...(batchApi === undefined
+        ? {}
+        : { bulk: { api: batchApi, claims: stores.bulkClaims, limits: stores.rateLimits } }),
       publisher,
       memo: stores.memo,
       blobs: stores.blobs,

@@ -200,6 +200,12 @@ describe("the providers' batch APIs", () => {
       ))
         outcomes.push(o);
       const byId = new Map(outcomes.map((o) => [o.customId, o]));
+      // What a line was billed for its prompt is within the worst case a budget's cut counts for it.
+      for (const line of sent) {
+        const billed = byId.get(line.record.customId);
+        if (billed?.kind === 'answered' || billed?.kind === 'refused')
+          assert.ok(billed.usage.inputTokens <= batches.worstInputTokens(line), provider);
+      }
       assert.equal(byId.get(`${provider}-0`)?.kind, 'answered');
       assert.deepEqual(Object.keys((byId.get(`${provider}-0`) as { value: object }).value), ['summary']);
       assert.equal(byId.get(`${provider}-1`)?.kind, 'refused');

@@ -5,8 +5,9 @@
  * (bulkCancel). Each call is short: the day-long wait is the workflow's, not an activity's.
  */
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
-import type { BatchEntry } from '../contract/batch';
+import type { BatchEntry, BudgetCut } from '../contract/batch';
 import type { BulkClaim, BulkCollected, SqlBulkClaims } from './claims';
+import { budgetLeft, cutToBudget, worstCaseOf, worstOf } from './budget-cut';
 import { findOrCreate } from './create-once';
 import type { BatchApi, BulkLine, BulkOutcome, BulkRequestRecord, ProviderBatchState } from './types';
 import { customIdFor } from './types';
@@ -18,7 +19,7 @@ import type { TextSource } from '../documents/text-source';
 import type { AnswerMemo, MemoRequest } from '../model/memo';
 import { estimateCost } from '../model/pricing';
 import type { PriceTable } from '../model/pricing';
-import type { BudgetRef } from '../model/rate-limit-store';
+import type { BudgetRef, SqlRateLimits } from '../model/rate-limit-store';
 import type { DocumentModel, ModelRequest } from '../model/types';
 import { withHeartbeats } from '../steps/heartbeat';
 import { modelSteps } from '../steps/define';
@@ -32,8 +33,18 @@ export interface BulkDependencies {
   memo: AnswerMemo;
   model: DocumentModel;
   prices?: PriceTable;
-  /** Absent where the configured model has no batch API (offline, Ollama, OpenAI-compatible servers). */
-  bulk?: { api: BatchApi; claims: SqlBulkClaims };
+  /**
+   * Absent where the configured model has no batch API (offline, Ollama, OpenAI-compatible servers). `limits` holds
+   * the budgets a submission is cut to.
+   */
+  bulk?: BulkParts;
+}
+
+/** The provider's batch API, the claims of its batches, and the store of budgets. */
+export interface BulkParts {
+  api: BatchApi;
+  claims: SqlBulkClaims;
+  limits: SqlRateLimits;
 }
 
 /** A provider batch of a round, as the workflow keeps it. */
@@ -52,12 +63,16 @@ export interface BulkSubmitInput {
   pipeline: PipelineOptions;
   /** Requests per provider batch at most. */
   maxRequests: number;
+  /** The batch's budget: the round's submission is cut to what it has left. */
+  budget?: BudgetRef | undefined;
 }
 
 export interface BulkSubmitted {
   parts: BulkPart[];
   /** Requests the memo answered already (an earlier batch, an earlier run): not sent. */
   answeredBefore: number;
+  /** What the budget left did not cover: not sent in this round (the next, or the documents' own steps, ask). */
+  cut?: BudgetCut | undefined;
 }
 
 /** How long a claim on a memo entry lasts while a collected answer is stored (bulk answers need no call). */
@@ -83,7 +98,7 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
       runId: '',
     }).request;
   };
-  const parts = (): { api: BatchApi; claims: SqlBulkClaims } => {
+  const parts = (): BulkParts => {
     if (deps.bulk !== undefined) return deps.bulk;
     throw ApplicationFailure.create({
       type: FailureType.InvalidInput,
@@ -139,26 +154,55 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
     return records;
   };
 
-  /** The lines of a claim's requests, each text read once. */
-  const linesOf = async (claim: BulkClaim): Promise<BulkLine[]> => {
-    const texts = new Map<string, string>();
-    const lines: BulkLine[] = [];
-    for (const record of claim.requests) {
-      let text = texts.get(record.textRef);
-      if (text === undefined) {
-        text = await deps.texts.read(record.textRef);
-        texts.set(record.textRef, text);
-      }
-      lines.push({ record, request: requestOf(record), text });
+  /** The line of a request; `texts` keeps the texts read (each is read once). */
+  const lineOf = async (record: BulkRequestRecord, texts: Map<string, string>): Promise<BulkLine> => {
+    let text = texts.get(record.textRef);
+    if (text === undefined) {
+      text = await deps.texts.read(record.textRef);
+      texts.set(record.textRef, text);
     }
+    return { record, request: requestOf(record), text };
+  };
+
+  /** The lines of a claim's requests. */
+  const linesOf = async (claim: BulkClaim, texts: Map<string, string>): Promise<BulkLine[]> => {
+    const lines: BulkLine[] = [];
+    for (const record of claim.requests) lines.push(await lineOf(record, texts));
     return lines;
+  };
+
+  /**
+   * The pending requests that the budget left covers at their worst case, each marked with it (kept on its claim,
+   * promised until the claim is collected), and what was cut. The round's claims not yet collected are promised.
+   */
+  const fitBudget = async (
+    pending: readonly BulkRequestRecord[],
+    existing: readonly BulkClaim[],
+    budget: BudgetRef,
+    texts: Map<string, string>,
+  ): Promise<{ kept: BulkRequestRecord[]; cut: BudgetCut | undefined }> => {
+    const { api, limits } = parts();
+    const priced = { info: deps.model.info, prices: deps.prices ?? {} };
+    const marked: BulkRequestRecord[] = [];
+    for (const record of pending) {
+      const line = await lineOf(record, texts);
+      const worst = worstCaseOf(api.worstInputTokens(line), line.request.maxOutputTokens, priced, budget);
+      marked.push({ ...record, worst });
+    }
+    const promised = worstOf(existing.filter((c) => c.collected === null).flatMap((c) => c.requests));
+    const left = budgetLeft(await limits.budget(budget.id), budget, promised);
+    return cutToBudget(marked, left, budget.id);
   };
 
   /**
    * The provider batch of a claim: the one recorded; else the one an interrupted attempt (or a create whose answer
    * was lost) made, found at the provider; else a new one (findOrCreate), recorded at once.
    */
-  const batchOf = async (claim: BulkClaim, signal: AbortSignal): Promise<BulkPart> => {
+  const batchOf = async (
+    claim: BulkClaim,
+    texts: Map<string, string>,
+    signal: AbortSignal,
+  ): Promise<BulkPart> => {
     const { api, claims } = parts();
     const requests = claim.requests.length;
     if (claim.providerBatchId !== null) {
@@ -168,7 +212,7 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
     const { state, found } = await findOrCreate(
       api,
       claim,
-      { taken: () => claims.taken(api.provider), lines: () => linesOf(claim) },
+      { taken: () => claims.taken(api.provider), lines: () => linesOf(claim, texts) },
       signal,
     );
     if (found)
@@ -197,11 +241,22 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
         );
         const existing = await claims.ofBatch(input.batchId, input.round);
         const claimed = new Set(existing.flatMap((c) => c.requests.map((r) => r.customId)));
-        const pending = records
+        const unclaimed = records
           .filter((r) => memo.get(r.memoKey)?.answered !== true && !claimed.has(r.customId))
           .map((r) => {
             const hint = memo.get(r.memoKey)?.rejected.at(-1)?.error;
             return hint === undefined ? r : { ...r, retryHint: hint };
+          });
+        const texts = new Map<string, string>();
+        const { kept: pending, cut } =
+          input.budget === undefined
+            ? { kept: unclaimed, cut: undefined }
+            : await fitBudget(unclaimed, existing, input.budget, texts);
+        if (cut !== undefined)
+          log.info('Cut the provider batches to the budget left: the rest is asked later', {
+            batchId: input.batchId,
+            round: input.round,
+            ...cut,
           });
         const made: BulkClaim[] = [...existing];
         for (let i = 0; i < pending.length; i += input.maxRequests) {
@@ -216,9 +271,9 @@ export function createBulkActivities(steps: StepList, deps: BulkDependencies) {
           );
         }
         const submitted: BulkPart[] = [];
-        for (const claim of made) submitted.push(await batchOf(claim, signal));
+        for (const claim of made) submitted.push(await batchOf(claim, texts, signal));
         const answeredBefore = records.filter((r) => memo.get(r.memoKey)?.answered === true).length;
-        return { parts: submitted, answeredBefore };
+        return { parts: submitted, answeredBefore, ...(cut === undefined ? {} : { cut }) };
       });
     },
 

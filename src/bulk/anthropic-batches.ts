@@ -13,6 +13,7 @@ import { documentBlock, SYSTEM, taskOf } from '../model/prompt-frame';
 import type { ModelRequest } from '../model/types';
 import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
+import { PROVIDER_FRAME_TOKENS } from './types';
 import type { BatchApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** How far back a lookup looks before its claim was made: clocks of the worker and the provider differ. */
@@ -37,15 +38,16 @@ export class AnthropicBatches implements BatchApi {
     this.what = `Anthropic Message Batches API at ${new URL(settings.baseUrl).origin}`;
   }
 
+  worstInputTokens(line: BulkLine): number {
+    return Buffer.byteLength(JSON.stringify(this.requestOf(line))) + PROVIDER_FRAME_TOKENS;
+  }
+
   async create(
     _claimKey: string,
     lines: readonly BulkLine[],
     signal: AbortSignal,
   ): Promise<ProviderBatchState> {
-    const requests = lines.map(({ record, request, text }) => ({
-      custom_id: record.customId,
-      params: this.params(request, text, record.retryHint),
-    }));
+    const requests = lines.map((line) => this.requestOf(line));
     // Sent once: the SDK would send it again after a reset or a 5xx, and a message batch takes no idempotency key,
     // so a lost answer would buy a second batch. The caller looks for the batch before it creates again.
     return stateOf(
@@ -150,6 +152,14 @@ export class AnthropicBatches implements BatchApi {
         ? `${error.data.error.type}: ${error.data.error.message}`
         : JSON.stringify(result.error),
     };
+  }
+
+  /** A request of the batch: its custom_id and the Messages API's parameters. */
+  private requestOf({ record, request, text }: BulkLine): {
+    custom_id: string;
+    params: MessageCreateParamsNonStreaming;
+  } {
+    return { custom_id: record.customId, params: this.params(request, text, record.retryHint) };
   }
 
   /** The request, as a direct call frames it (prompt-frame.ts), the document marked for the prompt cache. */

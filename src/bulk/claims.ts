@@ -31,6 +31,7 @@ const RequestRecordSchema = z.object({
   input: z.record(z.string(), z.unknown()),
   retryHint: z.string().optional(),
   identity: z.string().optional(),
+  worst: z.object({ tokens: z.number(), usd: z.number() }).optional(),
 });
 
 /** A provider batch's claim as stored. */

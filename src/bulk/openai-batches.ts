@@ -12,6 +12,7 @@ import type { ModelRequest } from '../model/types';
 import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
 import type { AnswerEnd } from './read-answer';
+import { PROVIDER_FRAME_TOKENS } from './types';
 import type { BatchApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** The metadata key that marks a provider batch with the claim it was created for. */
@@ -43,21 +44,16 @@ export class OpenAiBatches implements BatchApi {
     this.what = `OpenAI Batch API at ${new URL(settings.baseUrl).origin}`;
   }
 
+  worstInputTokens(line: BulkLine): number {
+    return Buffer.byteLength(this.lineOf(line)) + PROVIDER_FRAME_TOKENS;
+  }
+
   async create(
     claimKey: string,
     lines: readonly BulkLine[],
     signal: AbortSignal,
   ): Promise<ProviderBatchState> {
-    const jsonl = lines
-      .map(({ record, request, text }) =>
-        JSON.stringify({
-          custom_id: record.customId,
-          method: 'POST',
-          url: ENDPOINT,
-          body: this.body(request, text, record.retryHint),
-        }),
-      )
-      .join('\n');
+    const jsonl = lines.map((line) => this.lineOf(line)).join('\n');
     const file = await this.call(async () =>
       this.client.files.create(
         {
@@ -159,6 +155,16 @@ export class OpenAiBatches implements BatchApi {
       kind: 'errored',
       error: `HTTP ${response?.status_code ?? 'none'}: ${message}`,
     };
+  }
+
+  /** A line of the batch's input file. */
+  private lineOf({ record, request, text }: BulkLine): string {
+    return JSON.stringify({
+      custom_id: record.customId,
+      method: 'POST',
+      url: ENDPOINT,
+      body: this.body(request, text, record.retryHint),
+    });
   }
 
   /** The request, as a direct call frames it (prompt-frame.ts): system line, document, task. */

@@ -27,6 +27,14 @@ export interface BulkRequestRecord {
   retryHint?: string;
   /** The step's identity the request was built under (stored with its answer). */
   identity?: string;
+  /** The most it may cost (budget-cut.ts), kept on its claim where the batch has a budget. */
+  worst?: WorstCase;
+}
+
+/** The most a request (or several) may cost: tokens, and dollars at the batch price. */
+export interface WorstCase {
+  tokens: number;
+  usd: number;
 }
 
 /** A line as sent: the record, the step's request, and the document's text. */
@@ -60,6 +68,11 @@ export type BulkOutcome =
 export interface BatchApi {
   /** The provider's name, as MODEL names it. */
   readonly provider: string;
+  /**
+   * The most input tokens `line` may be billed: a byte of the request as sent for each (no tokenizer makes a token
+   * of less than a byte, whatever the script), and room for what the provider adds around a request.
+   */
+  worstInputTokens(line: BulkLine): number;
   /** Creates a provider batch of `lines`, marked with `claimKey` where the provider keeps a mark. */
   create(claimKey: string, lines: readonly BulkLine[], signal: AbortSignal): Promise<ProviderBatchState>;
   /**
@@ -80,6 +93,12 @@ export interface BatchApi {
     signal: AbortSignal,
   ): AsyncIterable<BulkOutcome>;
 }
+
+/**
+ * Input tokens a provider may add around a request beyond its bytes (the chat format's, a structured answer's
+ * instructions): the worst case leaves them room.
+ */
+export const PROVIDER_FRAME_TOKENS = 500;
 
 /** A request's custom_id: `<step>-` and 40 hex digits of its memo key's hash (both providers take 64 of [A-Za-z0-9_-]). */
 export function customIdFor(step: string, memoKey: string): string {

@@ -119,6 +119,18 @@ export interface BulkProgress {
   totals: BulkTotals;
   /** Workflow time (epoch ms) of the next look at the provider, while waiting. */
   nextPollAt?: number;
+  /** The last round's requests left out of its provider batches for the budget (absent: none were). */
+  cut?: BudgetCut & { round: number };
+}
+
+/**
+ * Requests a bulk submission left out because the budget left did not cover their worst case, and their
+ * documents: the next round, or after the last the documents' own steps, ask for them.
+ */
+export interface BudgetCut {
+  requests: number;
+  documents: number;
+  budgetId: string;
 }
 
 export function emptyBulkTotals(): BulkTotals {

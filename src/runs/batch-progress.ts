@@ -120,11 +120,15 @@ export function bulkLine(bulk: BulkProgress | undefined): { key: string; line: s
       (b) =>
         `${b.providerBatchId} ${b.status}, ${b.succeeded} of ${b.total} answered${b.errored > 0 ? `, ${b.errored} not` : ''}`,
     );
-  const key = `${bulk.phase} ${bulk.round} ${batches.join('; ')}`;
+  const cut =
+    bulk.cut?.round === bulk.round
+      ? `; ${bulk.cut.requests} request(s) held back: budget ${bulk.cut.budgetId} has too little left`
+      : '';
+  const key = `${bulk.phase} ${bulk.round} ${batches.join('; ')}${cut}`;
   const next =
     bulk.nextPollAt === undefined ? '' : `; next look at ${new Date(bulk.nextPollAt).toISOString()}`;
   return {
     key,
-    line: `BULK ${bulk.phase}, round ${bulk.round}${batches.length > 0 ? `: ${batches.join('; ')}` : ''}${next}`,
+    line: `BULK ${bulk.phase}, round ${bulk.round}${batches.length > 0 ? `: ${batches.join('; ')}` : ''}${cut}${next}`,
   };
 }

@@ -381,6 +381,13 @@ export function bulkLines(bulk: BulkProgress | undefined): string[] {
       (bulk.answeredBefore > 0
         ? ` ${bulk.answeredBefore} answer(s) were in the memo already, not sent.`
         : ''),
+    ...(bulk.cut === undefined
+      ? []
+      : [
+          `Bulk: ${bulk.cut.requests} request(s) of ${bulk.cut.documents} document(s) not sent in a provider batch: ` +
+            `budget ${bulk.cut.budgetId} had too little left for their worst case. The documents' own steps ask ` +
+            `for them within the budget, and wait where it would be passed (npm run budget).`,
+        ]),
   ];
 }
 

@@ -41,8 +41,9 @@ export function newBulkProgress(): BulkProgress {
  * Bulk mode, before the batch hands out its documents (docs/bulk.md): in each round, the requests the memo has
  * no answer for go to the provider's batch API (bulkSubmit: claimed before created, found again after a crash),
  * the workflow waits on its own timers, backing off from `pollSeconds` to `pollMaxSeconds` between looks, and
- * each ended provider batch's answers go into the memo (bulkCollect). What a round leaves unanswered goes into the
- * next; after the last, each document's own step calls the model for what is still missing.
+ * each ended provider batch's answers go into the memo (bulkCollect). A round's submission is cut to what the
+ * batch's budget has left (at each request's worst case). What a round leaves unanswered or cut goes into the
+ * next; after the last, each document's own step calls the model for what is still missing, within the budget.
  *
  * Cancelled (npm run bulk -- cancel, or the batch cancelled), it cancels the provider batches, waits a while for
  * them to end, and keeps what they answered before it stopped: those answers are paid.
@@ -61,8 +62,13 @@ export async function runBulkPhase(input: BulkPhaseInput, progress: BulkProgress
         total: input.total,
         pipeline: input.pipeline,
         maxRequests: settings.maxRequests,
+        ...(input.budget === undefined ? {} : { budget: input.budget }),
       });
       if (round === 1) progress.answeredBefore = submitted.answeredBefore;
+      // Requests the budget left did not cover wait for the next round, when what was bought is known.
+      const { cut } = submitted;
+      if (cut === undefined) delete progress.cut;
+      else progress.cut = { ...cut, round };
       live = submitted.parts;
       if (live.length === 0) break;
       show(progress, round, live);
@@ -71,7 +77,7 @@ export async function runBulkPhase(input: BulkPhaseInput, progress: BulkProgress
       progress.phase = 'collecting';
       const unanswered = await collect(progress, live, input.budget);
       live = [];
-      if (unanswered === 0) break;
+      if (unanswered === 0 && cut === undefined) break;
     }
     progress.phase = 'done';
     delete progress.nextPollAt;
