@@ -1,7 +1,7 @@
 import type { ActivityDependencies } from './steps/activities';
-import { AnthropicBatches } from './bulk/anthropic-batches';
-import { OpenAiBatches } from './bulk/openai-batches';
-import type { BatchApi } from './bulk/types';
+import { AnthropicBulkApi } from './bulk/anthropic';
+import { OpenAiBulkApi } from './bulk/openai';
+import type { BulkApi } from './bulk/types';
 import type { Config } from './config';
 import { blobTextSource } from './documents/text-source';
 import { AiSdkModel } from './model/ai-sdk';
@@ -47,11 +47,11 @@ export function createModel(
 }
 
 /** The configured provider's batch API (bulk mode): OpenAI's or Anthropic's; none for other models. */
-export function createBatchApi(config: Config): BatchApi | undefined {
+export function createBulkApi(config: Config): BulkApi | undefined {
   const { model } = config;
   if (model.kind !== 'remote') return undefined;
-  if (model.provider === 'openai') return new OpenAiBatches(model);
-  if (model.provider === 'anthropic') return new AnthropicBatches(model);
+  if (model.provider === 'openai') return new OpenAiBulkApi(model);
+  if (model.provider === 'anthropic') return new AnthropicBulkApi(model);
   return undefined;
 }
 
@@ -90,13 +90,13 @@ export async function createDependencies(
     }
     return new StorePublisher(stores.publications(), stores.backend);
   }
-  const batchApi = createBatchApi(config);
+  const bulkApi = createBulkApi(config);
   return {
     deps: {
       model: overrides.model ?? createModel(config, stores.rateLimits),
-      ...(batchApi === undefined
+      ...(bulkApi === undefined
         ? {}
-        : { bulk: { api: batchApi, claims: stores.bulkClaims, limits: stores.rateLimits } }),
+        : { bulk: { api: bulkApi, claims: stores.bulkClaims, limits: stores.rateLimits } }),
       publisher,
       memo: stores.memo,
       blobs: stores.blobs,

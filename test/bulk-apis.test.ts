@@ -1,5 +1,5 @@
 /**
- * The providers' batch APIs as bulk mode speaks them (src/bulk/openai-batches.ts, anthropic-batches.ts), through
+ * The providers' batch APIs as bulk mode speaks them (src/bulk/openai.ts, anthropic.ts), through
  * the official clients, against the local server that follows each API's documentation: an interrupted attempt's
  * batch found again (OpenAI by the claim in its metadata; Anthropic, which keeps no mark, by its time, size and
  * results), a create sent once (its answer lost, the SDK sends it no second time: the lookup finds the batch it
@@ -10,9 +10,9 @@ import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
 import { summarizeRequest } from './requests';
 import { tagRequest } from './requests';
-import { AnthropicBatches } from '../src/bulk/anthropic-batches';
-import { OpenAiBatches } from '../src/bulk/openai-batches';
-import type { BatchApi, BulkLine } from '../src/bulk/types';
+import { AnthropicBulkApi } from '../src/bulk/anthropic';
+import { OpenAiBulkApi } from '../src/bulk/openai';
+import type { BulkApi, BulkLine } from '../src/bulk/types';
 import { LOCAL_BATCH_KEY, startBatchServer } from '../demo/batch-server';
 import type { BatchServer } from '../demo/batch-server';
 import { remoteModel } from '../src/model/choose';
@@ -29,13 +29,13 @@ before(async () => {
   defer(() => server.close());
 });
 
-function api(provider: 'openai' | 'anthropic', apiKey = LOCAL_BATCH_KEY): BatchApi {
+function api(provider: 'openai' | 'anthropic', apiKey = LOCAL_BATCH_KEY): BulkApi {
   const settings = remoteModel(findProvider(provider)!, {
     model: provider === 'openai' ? 'gpt-4o-mini' : 'claude-haiku-4-5',
     baseUrl: server.baseUrl,
     apiKey,
   });
-  return provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+  return provider === 'openai' ? new OpenAiBulkApi(settings) : new AnthropicBulkApi(settings);
 }
 
 function lines(prefix: string, n: number): BulkLine[] {
@@ -159,16 +159,16 @@ describe("the providers' batch APIs", () => {
           baseUrl: losing.baseUrl,
           apiKey: LOCAL_BATCH_KEY,
         });
-        const batches = provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+        const bulkApi = provider === 'openai' ? new OpenAiBulkApi(settings) : new AnthropicBulkApi(settings);
         const claimedAt = new Date();
         const sent = lines(`lost-${provider}-${lost}`, 4);
         // Retryable: it says nothing of whether the batch was made.
         await assert.rejects(
-          batches.create('claim-lost', sent, signal),
+          bulkApi.create('claim-lost', sent, signal),
           (err) => !(err instanceof ApplicationFailure && err.nonRetryable),
         );
         assert.equal(losing.batches.length, 1, 'the create was sent again');
-        const found = await batches.find(
+        const found = await bulkApi.find(
           'claim-lost',
           { claimedAt, customIds: ids(sent), taken: new Set() },
           signal,
@@ -188,12 +188,12 @@ describe("the providers' batch APIs", () => {
         baseUrl: faulty.baseUrl,
         apiKey: LOCAL_BATCH_KEY,
       });
-      const batches = provider === 'openai' ? new OpenAiBatches(settings) : new AnthropicBatches(settings);
+      const bulkApi = provider === 'openai' ? new OpenAiBulkApi(settings) : new AnthropicBulkApi(settings);
       const sent = lines(provider, 4);
-      const made = await batches.create(`claim-${provider}`, sent, signal);
-      assert.equal((await batches.retrieve(made.id, signal)).ended, true);
+      const made = await bulkApi.create(`claim-${provider}`, sent, signal);
+      assert.equal((await bulkApi.retrieve(made.id, signal)).ended, true);
       const outcomes = [];
-      for await (const o of batches.results(
+      for await (const o of bulkApi.results(
         made.id,
         new Map(sent.map((l) => [l.record.customId, l.request])),
         signal,
@@ -204,7 +204,7 @@ describe("the providers' batch APIs", () => {
       for (const line of sent) {
         const billed = byId.get(line.record.customId);
         if (billed?.kind === 'answered' || billed?.kind === 'refused')
-          assert.ok(billed.usage.inputTokens <= batches.worstInputTokens(line), provider);
+          assert.ok(billed.usage.inputTokens <= bulkApi.worstInputTokens(line), provider);
       }
       assert.equal(byId.get(`${provider}-0`)?.kind, 'answered');
       assert.deepEqual(Object.keys((byId.get(`${provider}-0`) as { value: object }).value), ['summary']);

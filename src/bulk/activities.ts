@@ -9,7 +9,7 @@ import type { BatchEntry, BudgetCut } from '../contract/batch';
 import type { BulkClaim, BulkCollected, SqlBulkClaims } from './claims';
 import { budgetLeft, cutToBudget, worstCaseOf, worstOf } from './budget-cut';
 import { findOrCreate } from './create-once';
-import type { BatchApi, BulkLine, BulkOutcome, BulkRequestRecord, ProviderBatchState } from './types';
+import type { BulkApi, BulkLine, BulkOutcome, BulkRequestRecord, ProviderBatchState } from './types';
 import { customIdFor } from './types';
 import { FailureType, workflowIdFor } from '../contract';
 import type { PipelineOptions, Usage } from '../contract';
@@ -42,7 +42,7 @@ export interface BulkDependencies {
 
 /** The provider's batch API, the claims of its batches, and the store of budgets. */
 export interface BulkParts {
-  api: BatchApi;
+  api: BulkApi;
   claims: SqlBulkClaims;
   limits: SqlRateLimits;
 }

@@ -8,7 +8,7 @@ import type { BudgetRef, BudgetStatus } from '../model/rate-limit-store';
 import type { BulkRequestRecord, WorstCase } from './types';
 
 /**
- * A request's worst case: every input token it may be billed (BatchApi.worstInputTokens) and its whole token limit
+ * A request's worst case: every input token it may be billed (BulkApi.worstInputTokens) and its whole token limit
  * answered, priced at the batch price, its input at the dearer of the plain and the cache-write rate (Anthropic's
  * lines mark the document for the prompt cache). A dollar budget and a model without a price cannot be kept.
  */

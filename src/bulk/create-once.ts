@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, log } from '@temporalio/activity';
 import type { BulkClaim } from './claims';
-import type { BatchApi, BulkLine, ProviderBatchState } from './types';
+import type { BulkApi, BulkLine, ProviderBatchState } from './types';
 
 /** Creates tried within one attempt; past them the activity fails, and Temporal's retry goes on the same way. */
 const CREATE_TRIES = 3;
@@ -16,7 +16,7 @@ const TRY_AGAIN_MS = [1_000, 4_000];
  * the create go again. A refusal of the request (a non-retryable failure: 400, 401, ...) fails at once.
  */
 export async function findOrCreate(
-  api: BatchApi,
+  api: BulkApi,
   claim: BulkClaim,
   parts: { taken: () => Promise<ReadonlySet<string>>; lines: () => Promise<BulkLine[]> },
   signal: AbortSignal,

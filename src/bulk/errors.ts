@@ -8,7 +8,7 @@ import { excerpt, isRetryableStatus } from '../lib/http';
  * those is retried by Temporal (the activity fails retryably), while a refusal of the request (401, 403, 404, 400)
  * fails at once and says what to fix.
  */
-export function batchApiFailure(
+export function bulkApiFailure(
   err: unknown,
   what: string,
   variables: { apiKey: string; baseUrl: string },
@@ -28,7 +28,7 @@ export function batchApiFailure(
   });
 }
 
-/** Runs one batch API call, sorting its failure (batchApiFailure). */
+/** Runs one batch API call, sorting its failure (bulkApiFailure). */
 export async function sortedCall<T>(
   run: () => Promise<T>,
   what: string,
@@ -37,6 +37,6 @@ export async function sortedCall<T>(
   try {
     return await run();
   } catch (err) {
-    throw batchApiFailure(err, what, variables);
+    throw bulkApiFailure(err, what, variables);
   }
 }

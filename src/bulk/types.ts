@@ -64,8 +64,8 @@ export type BulkOutcome =
   /** No answer: the request failed, or the batch expired or was cancelled before it was run. */
   | { customId: string; kind: 'errored' | 'expired' | 'canceled'; error: string };
 
-/** A provider's batch API, as bulk mode uses it (OpenAI's in openai-batches.ts, Anthropic's in anthropic-batches.ts). */
-export interface BatchApi {
+/** A provider's batch API, as bulk mode uses it (OpenAI's in openai.ts, Anthropic's in anthropic.ts). */
+export interface BulkApi {
   /** The provider's name, as MODEL names it. */
   readonly provider: string;
   /**

@@ -13,7 +13,7 @@ import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
 import type { AnswerEnd } from './read-answer';
 import { PROVIDER_FRAME_TOKENS } from './types';
-import type { BatchApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
+import type { BulkApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** The metadata key that marks a provider batch with the claim it was created for. */
 export const CLAIM_METADATA_KEY = 'pipeline_claim';
@@ -34,7 +34,7 @@ const SENT_ONCE = { maxRetries: 0 } as const;
  * sent once each (no SDK retries); an interrupted attempt's batch (or one whose create's answer was lost) is found by
  * listing the account's batches, newest first, back to the claim's time, for that metadata.
  */
-export class OpenAiBatches implements BatchApi {
+export class OpenAiBulkApi implements BulkApi {
   readonly provider = 'openai';
   private readonly client: OpenAI;
   private readonly what: string;

@@ -14,7 +14,7 @@ import type { ModelRequest } from '../model/types';
 import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
 import { PROVIDER_FRAME_TOKENS } from './types';
-import type { BatchApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
+import type { BulkApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** How far back a lookup looks before its claim was made: clocks of the worker and the provider differ. */
 const CLOCK_SKEW_MS = 10 * 60_000;
@@ -26,7 +26,7 @@ const CLOCK_SKEW_MS = 10 * 60_000;
  * it is: created after the claim (less the clocks' skew) with the claim's number of requests, and owned by no
  * other claim; where several fit, the one whose results hold the claim's custom_ids, once they have ended.
  */
-export class AnthropicBatches implements BatchApi {
+export class AnthropicBulkApi implements BulkApi {
   readonly provider = 'anthropic';
   private readonly client: Anthropic;
   private readonly what: string;
