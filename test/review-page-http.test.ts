@@ -18,6 +18,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { steps } from '../activities';
 import { loadConfig } from '../src/config';
+import { workflowIdFor } from '../src/contract';
+import type { documentPipeline } from '../workflows';
 import { defineModelStep, modelSteps } from '../src/steps/define';
 import { checkEdit } from '../src/steps/review-edits';
 import { MAX_FORM_BYTES, startReviewPage } from '../src/runs/review-page';
@@ -31,7 +33,6 @@ import {
   pipelineInput,
   pipelineWorker,
   SAMPLE_TEXT,
-  startPipeline,
   tempParts,
 } from './helpers';
 import { rawRequest } from './raw-http';
@@ -69,7 +70,12 @@ async function awaitingRun({
     ...(title === undefined ? {} : { title }),
     review: { timeoutMinutes: 60, onTimeout: 'reject' as const },
   };
-  const handle = await startPipeline(env, taskQueue, input);
+  // Under the project's own workflow ID (document-<id>), as npm run review names runs.
+  const handle = await env.client.workflow.start<typeof documentPipeline>('documentPipeline', {
+    taskQueue,
+    workflowId: workflowIdFor(input.documentId),
+    args: [input],
+  });
   const deadline = Date.now() + 30_000;
   while ((await handle.query(reviewQuery)) === undefined) {
     assert.ok(Date.now() < deadline, 'the draft never came to await review');
@@ -347,7 +353,43 @@ describe('the review page over raw HTTP', () => {
     const line = stdout.split('\n').find((l) => l.includes(handle.workflowId)) ?? '';
     assert.doesNotMatch(stdout, /[\u001b\u009b\r]/, 'an escape sequence reached the terminal');
     assert.match(line, /Quarterly notes\\u\{1b\}\[2K\\u\{d\}\\u\{1b\}\[1A/);
+
+    // A tag holding a comma, given once a --tag, is one tag.
+    const edited = await run(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        path.join(ROOT, 'src', 'cli', 'review.ts'),
+        'edit',
+        handle.workflowId,
+        '--tag',
+        'tides, waves',
+        '--tag',
+        'moon',
+      ],
+      {
+        cwd: ROOT,
+        timeout: 60_000,
+        env: { ...process.env, TEMPORAL_ADDRESS: env.address, REVIEWER: 'ana', LOG_LEVEL: 'error' },
+      },
+    );
+    assert.match(edited.stdout, /edited by ana/);
+    assert.deepEqual((await handle.result()).review?.edits, { tags: ['tides, waves', 'moon'] });
   });
+
+  it(
+    'marks where it cuts a long source, and shows times in UTC and local time',
+    { timeout: 60_000 },
+    async () => {
+      const filler = 'Checkpoints record each finished step. '.repeat(6_000);
+      const handle = await awaitingRun({ text: `${SAMPLE_TEXT}\n\n${filler}` });
+      const page = await reviewPage();
+      const html = await listed(page.url, handle.workflowId);
+      assert.match(html, /The source is cut here: \d+ more characters are not shown/);
+      assert.match(html, /<time datetime="[^"]+Z">[^<]+ UTC<\/time> \(/);
+    },
+  );
 });
 
 /**
