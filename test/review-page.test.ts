@@ -201,23 +201,47 @@ describe('the review page', () => {
     },
   );
 
-  it('keeps tags holding commas when only the summary is edited', { timeout: 120_000 }, async () => {
-    const tags = ['tides, waves', 'energy, renewable', 'moon'];
-    const server = await modelServerFor(defer, answering('Tides move water.', JSON.stringify({ tags })));
-    const local = await tempParts(defer, { model: openAIModel(server) });
-    await withWorker(local, async (taskQueue) => {
-      const { handle, input } = await awaitingRun(local, taskQueue);
-      assert.deepEqual((await handle.query(reviewQuery))?.fields.tags, tags);
-      const page = await reviewPage(local);
-      const { tab, card } = await openCard(page.url, input.documentId);
-      await card.locator('form.edit').getByLabel('Summary').fill('Tides move water twice a day.');
-      await card.locator('form.edit').getByRole('button', { name: 'Publish edited' }).click();
-      await tab.waitForURL(/said=/);
-      const result = await handle.result();
-      assert.deepEqual(result.review?.edits, { summary: 'Tides move water twice a day.' });
-      assert.deepEqual((await local.store.currentPublication(input.documentId))?.fields.tags, tags);
-    });
-  });
+  it(
+    'keeps tags holding commas, and a text of several lines, when only the other field is edited',
+    { timeout: 120_000 },
+    async () => {
+      const tags = ['tides, waves', 'energy, renewable', 'moon'];
+      const summary = 'Tides move water.\nThey turn twice a day.';
+      const server = await modelServerFor(defer, answering(summary, JSON.stringify({ tags })));
+      const local = await tempParts(defer, { model: openAIModel(server) });
+      await withWorker(local, async (taskQueue) => {
+        const [bySummary, byTags] = [
+          await awaitingRun(local, taskQueue),
+          await awaitingRun(local, taskQueue),
+        ];
+        assert.deepEqual((await bySummary.handle.query(reviewQuery))?.fields.tags, tags);
+        const page = await reviewPage(local);
+
+        const first = await openCard(page.url, bySummary.input.documentId);
+        await first.card.locator('form.edit').getByLabel('Summary').fill('Tides move water twice a day.');
+        await first.card.locator('form.edit').getByRole('button', { name: 'Publish edited' }).click();
+        await first.tab.waitForURL(/said=/);
+        assert.deepEqual((await bySummary.handle.result()).review?.edits, {
+          summary: 'Tides move water twice a day.',
+        });
+        assert.deepEqual(
+          (await local.store.currentPublication(bySummary.input.documentId))?.fields.tags,
+          tags,
+        );
+
+        // The textarea sends its line breaks as CRLF: an untouched summary is still no edit.
+        const second = await openCard(page.url, byTags.input.documentId);
+        await second.card.locator('form.edit input[name="field:tags"]').nth(tags.length).fill('sea, level');
+        await second.card.locator('form.edit').getByRole('button', { name: 'Publish edited' }).click();
+        await second.tab.waitForURL(/said=/);
+        assert.deepEqual((await byTags.handle.result()).review?.edits, { tags: [...tags, 'sea, level'] });
+        assert.equal(
+          (await local.store.currentPublication(byTags.input.documentId))?.fields.summary,
+          summary,
+        );
+      });
+    },
+  );
 
   it(
     'publishes a 15,000-character Cyrillic edit from a tab opened before the page restarted',

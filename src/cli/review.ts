@@ -10,7 +10,7 @@ import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
 import { describeOutcome } from '../contract/review';
 import type { ReviewDecision } from '../contract/review';
-import { awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
+import { awaitingCount, awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
 import { connectClient } from '../temporal/connection';
 
 const USAGE = [
@@ -60,8 +60,13 @@ async function run(): Promise<void> {
   const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
   try {
     if (decision === undefined) {
-      const queue = await awaitingReview(client);
+      const [queue, total] = await Promise.all([awaitingReview(client), awaitingCount(client)]);
       const unanswered = queue.unanswered ?? [];
+      const shown = queue.length + unanswered.length;
+      if (total !== undefined && total > shown)
+        console.log(
+          `Showing the ${shown} oldest of the ${total} runs awaiting review: decide these, then list again.`,
+        );
       if (queue.length === 0 && unanswered.length === 0) console.log('Nothing awaits review.');
       if (unanswered.length > 0)
         console.log(

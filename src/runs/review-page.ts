@@ -14,11 +14,11 @@ import {
   serverNames,
 } from '../lib/loopback';
 import { formatCost } from '../model/pricing';
-import { AWAITING_REVIEW_QUERY, describeOutcome, reviewPublishes, REVIEWER_MAX } from '../contract/review';
+import { describeOutcome, reviewPublishes, REVIEWER_MAX } from '../contract/review';
 import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../contract/review';
 import { registeredModelSteps } from '../steps/registry';
 import { fieldLimits } from '../steps/review-edits';
-import { awaitingReview, decide, draftOf } from './review-queue';
+import { awaitingCount, awaitingReview, decide, draftOf } from './review-queue';
 
 export interface ReviewPageOptions {
   host?: string;
@@ -209,7 +209,7 @@ export async function startReviewPage(
       const fields: Record<string, JsonValue> = {};
       for (const [name, drafted] of Object.entries(draft.fields)) {
         const sent = fieldFromForm(form, name, drafted);
-        if (sent !== undefined && JSON.stringify(sent) !== JSON.stringify(drafted)) fields[name] = sent;
+        if (sent !== undefined && !sameValue(sent, drafted)) fields[name] = sent;
       }
       if (Object.keys(fields).length === 0)
         return { ok: false, refused: 'nothing was changed: approve publishes the draft as it is' };
@@ -303,7 +303,8 @@ function whatNext(outcome: ReviewOutcome): string {
 
 /** A draft field as the edit form sent it: a text from its box, a list from its boxes (empty boxes left out). */
 function fieldFromForm(form: URLSearchParams, name: string, drafted: JsonValue): JsonValue | undefined {
-  if (typeof drafted === 'string') return form.get(`field:${name}`) ?? undefined;
+  // A browser sends a textarea's line breaks as CRLF: read back as the draft writes them, an untouched text is unchanged.
+  if (typeof drafted === 'string') return form.get(`field:${name}`)?.replace(/\r\n?/g, '\n') ?? undefined;
   if (Array.isArray(drafted))
     return form
       .getAll(`field:${name}`)
@@ -312,13 +313,11 @@ function fieldFromForm(form: URLSearchParams, name: string, drafted: JsonValue):
   return undefined;
 }
 
-/** How many runs await review, by the server's count; undefined where it does not answer. */
-async function awaitingCount(client: Client): Promise<number | undefined> {
-  try {
-    return (await client.workflow.count(AWAITING_REVIEW_QUERY)).count;
-  } catch {
-    return undefined;
-  }
+/** True when a sent field is the drafted one, leading and trailing blanks aside (the run trims them). */
+function sameValue(sent: JsonValue, drafted: JsonValue): boolean {
+  const trimmed = (v: JsonValue): JsonValue =>
+    typeof v === 'string' ? v.trim() : Array.isArray(v) ? v.map(trimmed) : v;
+  return JSON.stringify(trimmed(sent)) === JSON.stringify(trimmed(drafted));
 }
 
 /** One draft: its facts, its source beside its fields, and the three decisions. */

@@ -61,6 +61,15 @@ export async function awaitingReview(
   return drafts.sort((a, b) => a.draft.awaitingSince - b.draft.awaitingSince);
 }
 
+/** How many runs await review, by the server's count; undefined where it does not answer. */
+export async function awaitingCount(client: Client): Promise<number | undefined> {
+  try {
+    return (await client.workflow.count(AWAITING_REVIEW_QUERY)).count;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The run a reviewer names: a document ID (`notes-1a2b`) or its workflow ID (`document-notes-1a2b`). */
 export function reviewedWorkflowId(name: string): string {
   return name.startsWith('document-') ? name : workflowIdFor(name);
