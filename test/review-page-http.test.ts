@@ -157,7 +157,7 @@ describe('the review page over raw HTTP', () => {
     assert.equal((await handle.query(reviewQuery))?.decided, undefined, 'a forged post decided');
   });
 
-  it('answers a 1 GiB body with 413 after at most its form limit, and grows far less than the body', async () => {
+  it('answers a 1 GiB body with 413 after at most its form limit, and grows far less than the body', async (t) => {
     const handle = await awaitingRun();
     const page = await reviewPage();
     const total = 1024 * 1024 * 1024;
@@ -181,6 +181,9 @@ describe('the review page over raw HTTP', () => {
       `the client sent ${streamed.sent} bytes before the page hung up`,
     );
     const grew = after.rss - before.rss;
+    t.diagnostic(
+      `1 GiB body: ${streamed.status} after ${streamed.sent} bytes sent; the process grew ${grew} bytes`,
+    );
     assert.ok(grew < 64 * 1024 * 1024, `RSS grew ${grew} bytes for a 1 GiB body`);
     // And it still serves.
     await listed(page.url, handle.workflowId);
