@@ -220,7 +220,22 @@ const EnvSchema = z.object({
     .transform((s) => (s === undefined || s === '' ? 'reject' : s))
     .pipe(z.enum(REVIEW_POLICIES)),
   REVIEWER: optionalText,
-  REVIEW_PAGE_TOKEN: optionalText,
+  REVIEW_PAGE_TOKEN: optionalText.pipe(
+    z
+      .string()
+      .min(32, 'must be at least 32 characters (a random password: npm run keygen prints one)')
+      .optional(),
+  ),
+  REVIEW_PAGE_ORIGIN: optionalText.pipe(
+    z
+      .url({ protocol: /^https?$/, error: 'must be an http(s) origin, e.g. https://review.example.com' })
+      .refine(
+        (u) => new URL(u).origin === u.replace(/\/$/, ''),
+        'must be an origin only (no path, query or user)',
+      )
+      .transform((u) => new URL(u).origin)
+      .optional(),
+  ),
   BULK: z
     .string()
     .trim()
@@ -277,6 +292,8 @@ export function dataPaths(dataDir: string) {
     temporal: path.join(dataDir, 'temporal.db'),
     temporalLog: path.join(dataDir, 'temporal-server.log'),
     temporalPid: path.join(dataDir, 'temporal-server.pid'),
+    /** The review page's form key: forms stay good across a restart of the page. */
+    reviewPageKey: path.join(dataDir, 'review-page.key'),
   };
 }
 export type DataPaths = ReturnType<typeof dataPaths>;
@@ -339,6 +356,8 @@ export interface Config {
   /** REVIEWER: the name `npm run review` decides under; REVIEW_PAGE_TOKEN: the review page's password. */
   reviewer: string | undefined;
   reviewPageToken: string | undefined;
+  /** REVIEW_PAGE_ORIGIN: the page's public origin behind a reverse proxy (`https://review.example.com`). */
+  reviewPageOrigin: string | undefined;
   /**
    * What a webhook delivery does when it finds an earlier attempt's claim open (sent, never answered): `resend`
    * (the receiver dedupes by key), `hold` (wait for an operator's verdict), `auto` (resend once the receiver has
@@ -433,6 +452,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     reviewer: e.REVIEWER,
     reviewPageToken: e.REVIEW_PAGE_TOKEN,
+    reviewPageOrigin: e.REVIEW_PAGE_ORIGIN,
     review:
       e.REVIEW === 'on'
         ? { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT }

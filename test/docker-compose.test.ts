@@ -320,6 +320,7 @@ describe('docker-compose.yml', () => {
       'REVIEW_ON_TIMEOUT',
       'REVIEWER',
       'REVIEW_PAGE_TOKEN',
+      'REVIEW_PAGE_ORIGIN',
       // Bulk mode is asked for by the submitting client, with its settings, in the batch's input.
       'BULK',
       'BULK_MAX_REQUESTS',

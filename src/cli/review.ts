@@ -10,7 +10,7 @@ import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
 import { describeOutcome } from '../contract/review';
 import type { ReviewDecision } from '../contract/review';
-import { awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
+import { awaitingCount, awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
 import { connectClient } from '../temporal/connection';
 
 const USAGE = [
@@ -18,7 +18,7 @@ const USAGE = [
   '  npm run review                                          the drafts awaiting review, oldest first',
   '  npm run review -- approve <document>...                 publish the drafts as they are',
   '  npm run review -- reject <document>... --reason "..."   publish nothing; the reason is kept',
-  '  npm run review -- edit <document>... [--summary "..."] [--tags "a, b"]   publish with these fields instead',
+  '  npm run review -- edit <document>... [--summary "..."] [--tag a --tag b]  publish with these fields instead',
   '  npm run review -- serve [--host H] [--port N]          the review page (loopback, port 8790, by default)',
   'Options: --reviewer NAME (default: REVIEWER, else your login name). <document> is a document ID or its',
   'workflow ID (document-<id>), as the list shows.',
@@ -36,6 +36,7 @@ async function run(): Promise<void> {
       reason: { type: 'string' },
       summary: { type: 'string' },
       tags: { type: 'string' },
+      tag: { type: 'string', multiple: true },
       host: { type: 'string' },
       port: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -47,7 +48,11 @@ async function run(): Promise<void> {
   }
   const [command = 'list', ...documents] = positionals;
   const config = loadConfig();
-  if (command === 'serve') return serve(config, values);
+  if (command === 'serve')
+    return serve(config, {
+      ...values,
+      reviewer: values.reviewer ?? config.reviewer ?? os.userInfo().username,
+    });
   if (command !== 'list' && (!['approve', 'reject', 'edit'].includes(command) || documents.length === 0))
     throw new UserFacingError(USAGE);
   const reviewer = values.reviewer ?? config.reviewer ?? os.userInfo().username;
@@ -55,24 +60,32 @@ async function run(): Promise<void> {
   const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
   try {
     if (decision === undefined) {
-      const queue = await awaitingReview(client);
+      const [queue, total] = await Promise.all([awaitingReview(client), awaitingCount(client)]);
       const unanswered = queue.unanswered ?? [];
+      const shown = queue.length + unanswered.length;
+      if (total !== undefined && total > shown)
+        console.log(
+          `Showing the ${shown} oldest of the ${total} runs awaiting review: decide these, then list again.`,
+        );
       if (queue.length === 0 && unanswered.length === 0) console.log('Nothing awaits review.');
       if (unanswered.length > 0)
         console.log(
           `${unanswered.length} run(s) await review, but no worker answered for their drafts: start one ` +
-            `(npm run worker) and list again. ${unanswered.join(', ')}`,
+            `(npm run worker) and list again. ${unanswered.map(inert).join(', ')}`,
         );
       for (const { workflowId, draft } of queue) {
         const cost = draft.costUsd === null ? 'no price' : formatCost(draft.costUsd);
-        console.log(`${draft.documentId}  "${draft.title}"  (${workflowId})`);
+        // What a document holds is printed inert: its escape sequences cannot move the cursor or redraw a line.
+        console.log(`${inert(draft.documentId)}  "${inert(draft.title)}"  (${inert(workflowId)})`);
         console.log(
           `  ${draft.model.provider}/${draft.model.model}, ${cost}; waiting since ` +
             `${new Date(draft.awaitingSince).toISOString()}, deadline ${new Date(draft.deadline).toISOString()} ` +
             `(then ${draft.onTimeout === 'publish' ? 'published as drafted' : 'rejected'})`,
         );
         for (const [name, value] of Object.entries(draft.fields))
-          console.log(`  ${name}: ${Array.isArray(value) ? value.join(', ') : String(value)}`);
+          console.log(
+            `  ${inert(name)}: ${Array.isArray(value) ? inert(JSON.stringify(value)) : inert(String(value))}`,
+          );
       }
       return;
     }
@@ -80,10 +93,10 @@ async function run(): Promise<void> {
     for (const document of documents) {
       const workflowId = reviewedWorkflowId(document);
       const answer = await decide(client, workflowId, decision);
-      if (answer.ok) console.log(`${document}: ${describeOutcome(answer.outcome)}`);
+      if (answer.ok) console.log(`${inert(document)}: ${inert(describeOutcome(answer.outcome))}`);
       else {
         refused++;
-        console.error(`${document}: refused: ${answer.refused}`);
+        console.error(`${inert(document)}: refused: ${inert(answer.refused)}`);
       }
     }
     if (refused > 0) process.exitCode = 1;
@@ -93,7 +106,10 @@ async function run(): Promise<void> {
 }
 
 /** Serves the review page until Ctrl-C. */
-async function serve(config: Config, values: { host?: string; port?: string }): Promise<void> {
+async function serve(
+  config: Config,
+  values: { host?: string; port?: string; reviewer: string },
+): Promise<void> {
   const port = Number(values.port ?? 8790);
   if (!Number.isInteger(port) || port < 0 || port > 65_535)
     throw new UserFacingError(`--port must be a port number, not "${values.port}"`);
@@ -105,6 +121,9 @@ async function serve(config: Config, values: { host?: string; port?: string }): 
       host: values.host ?? '127.0.0.1',
       port,
       token: config.reviewPageToken,
+      publicOrigin: config.reviewPageOrigin,
+      keyFile: config.paths.reviewPageKey,
+      reviewer: values.reviewer,
     });
   } catch (err) {
     await stores.close();
@@ -126,7 +145,7 @@ async function serve(config: Config, values: { host?: string; port?: string }): 
 function decisionOf(
   command: string,
   reviewer: string,
-  values: { reason?: string; summary?: string; tags?: string },
+  values: { reason?: string; summary?: string; tags?: string; tag?: string[] },
 ): ReviewDecision | undefined {
   if (command === 'approve') return { action: 'approve', reviewer };
   if (command === 'reject') {
@@ -137,18 +156,33 @@ function decisionOf(
   if (command === 'edit') {
     const fields: Record<string, JsonValue> = {};
     if (values.summary !== undefined) fields.summary = values.summary;
-    if (values.tags !== undefined)
-      fields.tags = values.tags
-        .split(',')
-        .map((t) => t.trim())
-        .filter((t) => t !== '');
+    // --tag once a tag keeps a comma inside a tag; --tags "a, b" is the short form for tags without one.
+    if (values.tag !== undefined || values.tags !== undefined)
+      fields.tags = [
+        ...(values.tag ?? []),
+        ...(values.tags ?? '')
+          .split(',')
+          .map((t) => t.trim())
+          .filter((t) => t !== ''),
+      ];
     if (Object.keys(fields).length === 0)
       throw new UserFacingError(
-        'edit needs --summary "..." or --tags "a, b" (or both): what to publish instead',
+        'edit needs --summary "..." or --tag a --tag b (or both): what to publish instead',
       );
     return { action: 'edit', reviewer, fields };
   }
   return undefined;
+}
+
+/**
+ * A text as a terminal shows it inert: control characters (ESC and the other C0 and C1 codes) and the bidirectional
+ * overrides written as `\u{1b}`, so a document cannot erase a line, move the cursor or reorder what is printed.
+ */
+function inert(text: string): string {
+  return text.replace(
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]|\n|\t/g,
+    (c) => (c === '\n' ? ' ' : c === '\t' ? ' ' : `\\u{${c.charCodeAt(0).toString(16)}}`),
+  );
 }
 
 runMain(run);

@@ -87,14 +87,13 @@ export interface PublishedReview {
 
 export const REVIEWER_MAX = 200;
 export const REASON_MAX = 2_000;
-/** An edited text field's and an edited list's longest. */
-const EDIT_TEXT_MAX = 20_000;
-const EDIT_LIST_MAX = 100;
 
 /**
  * Why `decision` cannot be taken for this draft (a sentence that says what to fix), or undefined when it can.
  * An edit may change the draft's fields only, each to a value of the same kind: a text to a non-empty text, a list
- * of texts to a list of non-empty texts.
+ * of texts to a list of non-empty texts (to publish nothing, reject). How long or how many is each step's own rule
+ * (its `fields` schema), which the run cannot read: the kit's client holds an edit to it before sending it
+ * (src/steps/review-edits.ts).
  */
 export function decisionProblem(decision: unknown, fields: Record<string, JsonValue>): string | undefined {
   if (typeof decision !== 'object' || decision === null || Array.isArray(decision))
@@ -125,15 +124,10 @@ function editProblem(edits: unknown, fields: Record<string, JsonValue>): string 
       return `"${name}" is not a field of this draft; its fields are ${Object.keys(fields).join(', ')}`;
     const drafted = fields[name];
     if (typeof drafted === 'string') {
-      if (typeof value !== 'string' || value.trim() === '' || value.length > EDIT_TEXT_MAX)
-        return `"${name}" must be a non-empty text of at most ${EDIT_TEXT_MAX} characters`;
+      if (typeof value !== 'string' || value.trim() === '') return `"${name}" must be a non-empty text`;
     } else if (Array.isArray(drafted) && drafted.every((item) => typeof item === 'string')) {
-      if (
-        !Array.isArray(value) ||
-        value.length > EDIT_LIST_MAX ||
-        !value.every((item) => typeof item === 'string' && item.trim() !== '' && item.length <= 200)
-      )
-        return `"${name}" must be a list of at most ${EDIT_LIST_MAX} non-empty texts (each up to 200 characters)`;
+      if (!Array.isArray(value) || !value.every((item) => typeof item === 'string' && item.trim() !== ''))
+        return `"${name}" must be a list of non-empty texts`;
     } else return `"${name}" cannot be edited here (only texts and lists of texts can)`;
   }
   return undefined;

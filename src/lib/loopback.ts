@@ -1,5 +1,6 @@
 import http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
 
 /**
  * Starts `server` on a free loopback port (or `port`) and returns its origin, `http://127.0.0.1:<port>`. `what`
@@ -69,4 +70,68 @@ export function readBody(req: http.IncomingMessage): Promise<Buffer> {
 /** True for a host name or address that stays on this machine: `localhost`, `::1`, 127.x.x.x. */
 export function isLoopbackHost(host: string): boolean {
   return host === 'localhost' || host === '::1' || (net.isIPv4(host) && host.startsWith('127.'));
+}
+
+/** Reads the body, or stops at `max` bytes (keeping none of the rest) and says so: a body declared longer is not read. */
+export function readCappedBody(req: http.IncomingMessage, max: number): Promise<Buffer | 'too-large'> {
+  if (Number(req.headers['content-length'] ?? 0) > max) return Promise.resolve('too-large');
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > max) {
+        req.off('data', onData);
+        chunks.length = 0;
+        resolve('too-large');
+      } else {
+        chunks.push(chunk);
+      }
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+/** An address as a URL's host writes it: an IPv6 address in brackets. */
+export function bracketed(host: string): string {
+  return net.isIPv6(host) ? `[${host}]` : host;
+}
+
+/**
+ * The names a server bound to `host` answers to, as a Host header writes them (lowercase, IPv6 in brackets): the
+ * bound address, the loopback names where it is loopback or every address, this machine's name where it is every
+ * address, and `extra`.
+ */
+export function serverNames(host: string, extra: readonly string[] = []): string[] {
+  const wildcard = host === '0.0.0.0' || host === '::';
+  return [
+    ...new Set(
+      [
+        host,
+        ...(isLoopbackHost(host) || wildcard ? ['localhost', '127.0.0.1', '::1'] : []),
+        ...(wildcard ? [os.hostname()] : []),
+        ...extra,
+      ].map((name) => bracketed(name).toLowerCase()),
+    ),
+  ];
+}
+
+/**
+ * Whether a Host header names this server: one of serverNames, with the bound port (80 when left out). Anything
+ * else (a DNS-rebinding page's name, a misrouted request) is not this server's to answer.
+ */
+export function hostMatcher(
+  host: string,
+  port: number,
+  extra: readonly string[] = [],
+): (header: string | undefined) => boolean {
+  const names = new Set(serverNames(host, extra));
+  return (header) => {
+    const match = /^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(\d{1,5}))?$/i.exec(header ?? '');
+    if (match === null) return false;
+    const [, name = '', given = '80'] = match;
+    return names.has(name.toLowerCase()) && Number(given) === port;
+  };
 }

@@ -1,11 +1,9 @@
 import http from 'node:http';
-import net from 'node:net';
-import os from 'node:os';
 import { describeIssues, PublishInputSchema } from '../contract';
 import { describeCauses } from '../lib/http';
 import type { PublicationStore } from './publication-store';
 import { checkSignatureHeaders, verifier } from './signature';
-import { isLoopbackHost } from '../lib/loopback';
+import { bracketed, hostMatcher, isLoopbackHost, readCappedBody } from '../lib/loopback';
 
 /** The largest body read; a publication is a few kilobytes. A longer one is answered 413 and never buffered. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -124,7 +122,7 @@ export async function startReceiver(
       // A Standard Webhooks sender that sends no Idempotency-Key has its key in webhook-id, which it signs.
       key = early.id;
     }
-    const raw = await readBody(req, maxBodyBytes);
+    const raw = await readCappedBody(req, maxBodyBytes);
     if (raw === 'too-large') {
       // Closing the connection stops the upload; what is still in flight is read and dropped, never kept.
       refuse(413, `the body is over ${maxBodyBytes} bytes`, { connection: 'close' });
@@ -333,49 +331,4 @@ function shownTarget(target: string | undefined): string {
   const [pathname = '', query] = (target ?? '').split(/\?(.*)/s, 2);
   const cut = pathname.length > 200 ? `${pathname.slice(0, 200)}…` : pathname;
   return JSON.stringify(query === undefined ? cut : `${cut}?…`);
-}
-
-/** Reads the body, or stops at `max` bytes (keeping none of the rest) and says so. */
-function readBody(req: http.IncomingMessage, max: number): Promise<Buffer | 'too-large'> {
-  if (Number(req.headers['content-length'] ?? 0) > max) return Promise.resolve('too-large');
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer): void => {
-      size += chunk.length;
-      if (size > max) {
-        req.off('data', onData);
-        chunks.length = 0;
-        resolve('too-large');
-      } else {
-        chunks.push(chunk);
-      }
-    };
-    req.on('data', onData);
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
-function bracketed(host: string): string {
-  return net.isIPv6(host) ? `[${host}]` : host;
-}
-
-/** Whether a Host header names this server: one of the allowed names, with the bound port (80 when left out). */
-function hostMatcher(host: string, port: number, extra: string[]): (header: string | undefined) => boolean {
-  const wildcard = host === '0.0.0.0' || host === '::';
-  const names = new Set(
-    [
-      host,
-      ...(isLoopbackHost(host) || wildcard ? ['localhost', '127.0.0.1', '::1'] : []),
-      ...(wildcard ? [os.hostname()] : []),
-      ...extra,
-    ].map((name) => bracketed(name).toLowerCase()),
-  );
-  return (header) => {
-    const match = /^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(\d{1,5}))?$/i.exec(header ?? '');
-    if (match === null) return false;
-    const [, name = '', given = '80'] = match;
-    return names.has(name.toLowerCase()) && Number(given) === port;
-  };
 }

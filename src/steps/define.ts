@@ -49,9 +49,8 @@ export interface ModelStepSpec<
    */
   offline(text: string, input: Input): Fields;
   /**
-   * The step's result rules: an answer that breaks them is refused before the memo keeps it, and what the memo
-   * reads back is checked against them. (A reviewer's edit is still checked by the review's own rules,
-   * src/contract/review.ts, not by these.)
+   * The step's result rules: an answer that breaks them is refused before the memo keeps it, what the memo reads
+   * back is checked against them, and a reviewer's edit of these fields is held to them (src/steps/review-edits.ts).
    */
   fields: z.ZodType<Fields>;
   /** Why the document cannot go through this step (the answer is empty, say), as a message saying what to fix. */
