@@ -1,0 +1,264 @@
+/**
+ * A budget is a ceiling on what the provider bills, not on estimates: on both store backends, through the
+ * project's own client, pacing and store classes, against a provider stand-in that bills like the provider and
+ * logs what it billed (test/billing-provider.ts). Documents in a script that tokenizes densely (Chinese), prompt
+ * cache writes billed at 1.25x, a worker SIGKILLed after its request went out, and calls that time out on our
+ * side while the provider answers and bills: the provider's bill never passes the budget, and the budget's spent
+ * is never below the bill.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { ApplicationFailure } from '@temporalio/common';
+import { FailureType } from '../src/contract';
+import { documentBlock, SYSTEM, taskOf } from '../src/model/prompt-frame';
+import { SqlRateLimits } from '../src/model/rate-limit-store';
+import type { BudgetRef } from '../src/model/rate-limit-store';
+import { utf8Bytes, worstCaseTokens } from '../src/model/worst-case';
+import { openPostgres, postgresSql } from '../src/store/sql-postgres';
+import { openSqlite } from '../src/store/sql-sqlite';
+import { startBillingProvider } from './billing-provider';
+import type { BillingProvider } from './billing-provider';
+import {
+  ask,
+  budgetedModel,
+  chineseAnswer,
+  chineseText,
+  MAX_OUTPUT_TOKENS,
+  summaryRequest,
+  tagsRequest,
+} from './budget-calls';
+import { freshSchema } from './postgres';
+import { cleanupAfterAll, scratchDir } from './scratch';
+
+const defer = cleanupAfterAll();
+
+interface Store {
+  name: string;
+  /** A fresh store: its location (for a worker process) and a handle on it. */
+  open(): Promise<{ location: string; limits: SqlRateLimits }>;
+}
+
+const STORES: Store[] = [
+  {
+    name: 'SQLite',
+    open() {
+      const file = path.join(scratchDir(defer, 'budget-ceiling-'), 'memo.db');
+      const db = openSqlite(file, 'memo');
+      defer(() => db.close());
+      return Promise.resolve({ location: file, limits: new SqlRateLimits(db) });
+    },
+  },
+  {
+    name: 'PostgreSQL',
+    async open() {
+      const url = await freshSchema(defer);
+      const pool = await openPostgres(url);
+      defer(() => pool.end());
+      return { location: url, limits: new SqlRateLimits(postgresSql(pool)) };
+    },
+  },
+];
+
+async function provider(delayMs?: (n: number) => number): Promise<BillingProvider> {
+  const started = await startBillingProvider(chineseAnswer, delayMs);
+  defer(() => started.close());
+  return started;
+}
+
+/** Runs `call`, returning 'budget' when it failed for its budget (the run would wait), rethrowing anything else. */
+async function unlessBudget<T>(call: () => Promise<T>): Promise<T | 'budget'> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof ApplicationFailure && err.type === FailureType.BudgetExhausted) return 'budget';
+    throw err;
+  }
+}
+
+/** The most the summary request on `text` may be billed: what the budget holds for it. */
+function worstCaseOfSummary(text: string): number {
+  return worstCaseTokens(
+    utf8Bytes(SYSTEM, documentBlock(text), taskOf(summaryRequest.instructions, MAX_OUTPUT_TOKENS)),
+    MAX_OUTPUT_TOKENS,
+  );
+}
+
+/** The provider's bill against the budget's own record: never past the limit, never more than the record says. */
+async function assertWithin(
+  limits: SqlRateLimits,
+  budget: BudgetRef,
+  billed: BillingProvider,
+  t: { diagnostic(message: string): void },
+): Promise<void> {
+  const status = await limits.budget(budget.id);
+  assert.ok(status !== undefined);
+  const tokens = billed.billedTokens();
+  const usd = billed.billedUsd();
+  t.diagnostic(
+    `billed ${tokens} tokens, $${usd.toFixed(6)} in ${billed.bills.length} request(s); the budget says spent ` +
+      `${status.spentTokens} tokens, $${status.spentUsd.toFixed(6)}, limit ${budget.tokens ?? '-'} tokens, ` +
+      `$${budget.usd ?? '-'}`,
+  );
+  if (budget.tokens !== undefined)
+    assert.ok(tokens <= budget.tokens, `billed ${tokens} tokens on a budget of ${budget.tokens}`);
+  if (budget.usd !== undefined)
+    assert.ok(usd <= budget.usd + 1e-12, `billed $${usd.toFixed(6)} on a budget of $${budget.usd}`);
+  assert.ok(status.spentTokens >= tokens, `the budget shows ${status.spentTokens} spent, ${tokens} billed`);
+  assert.ok(status.spentUsd >= usd - 1e-12, `the budget shows $${status.spentUsd} spent, $${usd} billed`);
+}
+
+for (const store of STORES) {
+  describe(`budgets hold what the provider bills (${store.name})`, () => {
+    it('a token budget on documents in Chinese: the bill stays within it', async (t) => {
+      const { limits } = await store.open();
+      const billed = await provider();
+      const model = budgetedModel(limits, { api: 'openai-compatible', baseUrl: billed.baseUrl });
+      const budget = { id: `budget-${randomUUID()}`, tokens: 12_000 };
+      const outcomes: unknown[] = [];
+      // Ten documents, three at a time, each asked for its summary and its tags.
+      for (let first = 0; first < 10; first += 3) {
+        const docs = [first, first + 1, first + 2].filter((i) => i < 10);
+        outcomes.push(
+          ...(await Promise.all(
+            docs.flatMap((i) => {
+              const text = chineseText(1_500, i);
+              return [
+                unlessBudget(() =>
+                  ask(model, summaryRequest, text, { holdKey: `zh-${i}:summarize`, budget }),
+                ),
+                unlessBudget(() => ask(model, tagsRequest, text, { holdKey: `zh-${i}:tag`, budget })),
+              ];
+            }),
+          )),
+        );
+      }
+      assert.ok(billed.bills.length > 0, 'some calls fit the budget');
+      assert.ok(outcomes.includes('budget'), 'the budget ran out');
+      await assertWithin(limits, budget, billed, t);
+    });
+
+    it('a dollar budget on Anthropic, each document written to the prompt cache: the bill stays within it', async (t) => {
+      const { limits } = await store.open();
+      // Several budgets, so that the last call admitted under one leaves whatever room it leaves.
+      for (const usd of [0.06, 0.08, 0.1, 0.12]) {
+        const billed = await provider();
+        const model = budgetedModel(limits, { api: 'anthropic', baseUrl: billed.baseUrl });
+        const budget = { id: `budget-${randomUUID()}`, usd };
+        for (let i = 0; i < 12; i++) {
+          // English: the estimate's count is right for it, and only the cache write's surcharge is left to miss.
+          const text = `Document ${usd}-${i}. ${'Durable workflows resume from their last finished step after a crash. '.repeat(560)}`;
+          const summary = await unlessBudget(() =>
+            ask(model, summaryRequest, text, { holdKey: `cache-${usd}-${i}:summarize`, budget }),
+          );
+          if (summary === 'budget') break;
+        }
+        assert.ok(billed.bills.length > 0);
+        assert.ok(
+          billed.bills.every((b) => b.cacheWriteTokens > 0),
+          'every document was billed a cache write',
+        );
+        await assertWithin(limits, budget, billed, t);
+      }
+    });
+
+    it('a worker SIGKILLed after its request went out: the killed call is charged, the bill stays within', async (t) => {
+      const { location, limits } = await store.open();
+      // The first two requests are served slowly (their workers are killed meanwhile); they are billed all the same.
+      const billed = await provider((n) => (n <= 2 ? 60_000 : 0));
+      const text = chineseText(600, 7);
+      const file = path.join(scratchDir(defer, 'budget-kill-'), 'document.txt');
+      writeFileSync(file, text);
+      // Room for three calls at their worst, not four.
+      const budget = { id: `budget-${randomUUID()}`, tokens: Math.floor(3.2 * worstCaseOfSummary(text)) };
+      const holdKey = `killed-${randomUUID()}:summarize`;
+      const leaseMs = 3_000;
+      const killedAfterSend = async (): Promise<void> => {
+        const sent = billed.bills.length;
+        const child = spawn(
+          process.execPath,
+          [
+            '--import',
+            'tsx',
+            path.join('test', 'fixtures', 'budget-call.ts'),
+            location,
+            'openai-compatible',
+            billed.baseUrl,
+            holdKey,
+            budget.id,
+            String(budget.tokens),
+            String(leaseMs),
+            file,
+          ],
+          { stdio: ['ignore', 'ignore', 'pipe'] },
+        );
+        let stderr = '';
+        child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+        const exited = new Promise((resolve) => child.on('exit', resolve));
+        defer(() => void child.kill('SIGKILL'));
+        const deadline = Date.now() + 60_000;
+        while (billed.bills.length === sent) {
+          if (child.exitCode !== null) throw new Error(`the worker ended before its request: ${stderr}`);
+          if (Date.now() > deadline) throw new Error(`the worker sent nothing in 60 s: ${stderr}`);
+          await sleep(20);
+        }
+        child.kill('SIGKILL');
+        await exited;
+      };
+      // Killed once; its retry (the same key, as Temporal's next attempt) killed too, before the first's lease ends.
+      await killedAfterSend();
+      await killedAfterSend();
+      // Nobody comes back for the second until its lease lapses: the budget charges it by itself.
+      await sleep(leaseMs + 500);
+      const lapsed = await limits.budget(budget.id);
+      assert.ok(
+        (lapsed?.spentTokens ?? 0) >= billed.billedTokens(),
+        `two calls billed ${billed.billedTokens()} tokens; the budget shows ${lapsed?.spentTokens} spent`,
+      );
+      const model = budgetedModel(limits, { api: 'openai-compatible', baseUrl: billed.baseUrl, leaseMs });
+      const answer = await ask(model, summaryRequest, text, { holdKey, budget });
+      assert.ok(answer.value.length > 0);
+      assert.equal(billed.bills.length, 3);
+      await assertWithin(limits, budget, billed, t);
+      // A fourth call at its worst no longer fits: the run would wait for the budget to be raised.
+      const fourth = await unlessBudget(() =>
+        ask(model, summaryRequest, text, { holdKey: `another-${randomUUID()}:summarize`, budget }),
+      );
+      assert.equal(fourth, 'budget');
+      assert.equal(billed.bills.length, 3);
+    });
+
+    it('calls that time out on our side while the provider answers and bills: charged, the bill stays within', async (t) => {
+      const { limits } = await store.open();
+      // Every answer takes 1.5 s; the client waits 500 ms.
+      const billed = await provider(() => 1_500);
+      const model = budgetedModel(limits, {
+        api: 'openai-compatible',
+        baseUrl: billed.baseUrl,
+        requestTimeoutMs: 500,
+      });
+      const text = chineseText(600, 3);
+      const budget = { id: `budget-${randomUUID()}`, tokens: Math.floor(2.5 * worstCaseOfSummary(text)) };
+      const holdKey = `timeouts-${randomUUID()}:summarize`;
+      // Temporal's attempts, one after the other under the same key, until the budget stops them.
+      let last: unknown;
+      for (let attempt = 1; attempt <= 6; attempt++) {
+        last = await unlessBudget(() => ask(model, summaryRequest, text, { holdKey, budget })).catch(
+          (err: unknown) => err,
+        );
+        if (last === 'budget') break;
+        assert.ok(
+          last instanceof ApplicationFailure && last.type === FailureType.TransientModelError,
+          String(last),
+        );
+      }
+      assert.equal(last, 'budget', 'the budget stopped the attempts');
+      assert.equal(billed.bills.length, 2, 'two attempts fit the budget at their worst');
+      await assertWithin(limits, budget, billed, t);
+    });
+  });
+}
