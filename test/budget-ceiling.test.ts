@@ -6,7 +6,7 @@
  * side while the provider answers and bills: the provider's bill never passes the budget, and the budget's spent
  * is never below the bill.
  */
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -16,6 +16,7 @@ import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
 import { documentBlock, SYSTEM, taskOf } from '../src/model/prompt-frame';
+import { Pacer } from '../src/model/pacer';
 import { SqlRateLimits } from '../src/model/rate-limit-store';
 import type { BudgetRef } from '../src/model/rate-limit-store';
 import { utf8Bytes, worstCaseTokens } from '../src/model/worst-case';
@@ -32,6 +33,7 @@ import {
   summaryRequest,
   tagsRequest,
 } from './budget-calls';
+import { silentLogger } from './helpers';
 import { freshSchema } from './postgres';
 import { cleanupAfterAll, scratchDir } from './scratch';
 
@@ -39,8 +41,8 @@ const defer = cleanupAfterAll();
 
 interface Store {
   name: string;
-  /** A fresh store: its location (for a worker process) and a handle on it. */
-  open(): Promise<{ location: string; limits: SqlRateLimits }>;
+  /** A fresh store: its location (for a worker process), a handle on it, and the environment of a CLI on it. */
+  open(): Promise<{ location: string; limits: SqlRateLimits; env: NodeJS.ProcessEnv }>;
 }
 
 const STORES: Store[] = [
@@ -50,7 +52,11 @@ const STORES: Store[] = [
       const file = path.join(scratchDir(defer, 'budget-ceiling-'), 'memo.db');
       const db = openSqlite(file, 'memo');
       defer(() => db.close());
-      return Promise.resolve({ location: file, limits: new SqlRateLimits(db) });
+      return Promise.resolve({
+        location: file,
+        limits: new SqlRateLimits(db),
+        env: { DATA_DIR: path.dirname(file) },
+      });
     },
   },
   {
@@ -59,7 +65,7 @@ const STORES: Store[] = [
       const url = await freshSchema(defer);
       const pool = await openPostgres(url);
       defer(() => pool.end());
-      return { location: url, limits: new SqlRateLimits(postgresSql(pool)) };
+      return { location: url, limits: new SqlRateLimits(postgresSql(pool)), env: { DATABASE_URL: url } };
     },
   },
 ];
@@ -110,6 +116,40 @@ async function assertWithin(
     assert.ok(usd <= budget.usd + 1e-12, `billed $${usd.toFixed(6)} on a budget of $${budget.usd}`);
   assert.ok(status.spentTokens >= tokens, `the budget shows ${status.spentTokens} spent, ${tokens} billed`);
   assert.ok(status.spentUsd >= usd - 1e-12, `the budget shows $${status.spentUsd} spent, $${usd} billed`);
+}
+
+/** `npm run budget -- <args>` on the store `env` names: its exit code and what it printed. */
+function budgetCli(env: NodeJS.ProcessEnv, args: string[]): Promise<{ code: number; output: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', path.join('src', 'cli', 'budget.ts'), ...args],
+      // No Temporal server: nothing to wake is told so.
+      { env: { ...process.env, ...env, TEMPORAL_ADDRESS: '127.0.0.1:1' }, timeout: 60_000 },
+      (err, stdout, stderr) =>
+        resolve({
+          code: err === null ? 0 : typeof err.code === 'number' ? err.code : 1,
+          output: `${stdout}${stderr}`,
+        }),
+    );
+  });
+}
+
+const SCOPE = 'test/budget-ceiling@http://127.0.0.1:1';
+const KNOWN = { requestsPerMinute: 60_000 };
+
+/** A call's hold under `budget`, as the pacing asks for one. */
+function holdFor(holdKey: string, budget: BudgetRef, tokens: number) {
+  return {
+    scope: SCOPE,
+    holdKey,
+    tokens: 100,
+    budgetTokens: tokens,
+    usd: 0,
+    budget,
+    workflowId: `wf-${holdKey}`,
+    leaseMs: 60_000,
+  };
 }
 
 for (const store of STORES) {
@@ -259,6 +299,114 @@ for (const store of STORES) {
       assert.equal(last, 'budget', 'the budget stopped the attempts');
       assert.equal(billed.bills.length, 2, 'two attempts fit the budget at their worst');
       await assertWithin(limits, budget, billed, t);
+    });
+
+    it('npm run budget: raise refuses a total below spent plus promised, waiters are listed while they wait, and the command names the limit that binds', async () => {
+      const { limits, env } = await store.open();
+      const budget = { id: `budget-${randomUUID()}`, tokens: 10_000 };
+      const one = await limits.reserve(holdFor('one', budget, 4_000), KNOWN);
+      assert.equal(one.kind, 'granted');
+      if (one.kind !== 'granted') return;
+      await limits.end(SCOPE, { holdKey: 'one', nonce: one.nonce }, { kind: 'unanswered' }, KNOWN, {
+        tokens: 3_000,
+        usd: 0,
+      });
+      const two = await limits.reserve(holdFor('two', budget, 4_000), KNOWN);
+      assert.equal(two.kind, 'granted');
+      if (two.kind !== 'granted') return;
+      // 3,000 spent and 4,000 promised: a total of 6,000 would be passed as the call under way ends.
+      const low = await budgetCli(env, ['raise', budget.id, '--tokens', '6000']);
+      assert.equal(low.code, 1, low.output);
+      assert.match(low.output, /promised to calls under way \(4000\): give at least 7000/);
+      // A call that fits what is left once the promise ends waits for it, unlisted.
+      const waits = await limits.reserve(holdFor('waits', budget, 4_000), KNOWN);
+      assert.equal(waits.kind, 'promised');
+      // One that does not fit what is left at all pauses its run, listed, told to raise the tokens.
+      const big = await limits.reserve(holdFor('big', budget, 8_000), KNOWN);
+      assert.equal(big.kind, 'budget');
+      const listed = await budgetCli(env, []);
+      assert.equal(listed.code, 0, listed.output);
+      assert.match(listed.output, /1 run\(s\) waiting: wf-big\n/);
+      assert.match(
+        listed.output,
+        new RegExp(`raise it: npm run budget -- raise ${budget.id} --tokens <new total>\n`),
+      );
+      assert.doesNotMatch(listed.output, /--usd/);
+      // The promise ends below what it promised: the waiting call goes on.
+      await limits.end(SCOPE, { holdKey: 'two', nonce: two.nonce }, { kind: 'unanswered' }, KNOWN, {
+        tokens: 1_000,
+        usd: 0,
+      });
+      assert.equal((await limits.reserve(holdFor('waits', budget, 4_000), KNOWN)).kind, 'granted');
+      // The big one, retried by its run's timer after a raise by hand elsewhere, goes on too: no longer listed.
+      await limits.setBudget(budget.id, { tokens: 20_000 });
+      await limits.reserve(holdFor('big', budget, 8_000), KNOWN);
+      const after = await budgetCli(env, []);
+      assert.match(after.output, /No run waits for a budget/);
+      const enough = await budgetCli(env, ['raise', budget.id, '--tokens', '30000']);
+      assert.equal(enough.code, 0, enough.output);
+    });
+
+    it("a run refused for promises only goes on when they end, unlisted; a token budget's refusal says raise --tokens", async () => {
+      const { limits } = await store.open();
+      const billed = await provider();
+      const model = budgetedModel(limits, { api: 'openai-compatible', baseUrl: billed.baseUrl });
+      const text = chineseText(600, 5);
+      const worst = worstCaseOfSummary(text);
+      // Room for one call at its worst, and another once the first has spent what it used.
+      const budget = { id: `budget-${randomUUID()}`, tokens: Math.floor(1.8 * worst) };
+      const both = await Promise.all(
+        ['a', 'b'].map((k) =>
+          ask(model, summaryRequest, text, { holdKey: `promised-${k}:summarize`, budget }),
+        ),
+      );
+      assert.equal(both.length, 2);
+      assert.equal(billed.bills.length, 2);
+      assert.deepEqual(await limits.waitingBudgets(), []);
+      const refused = await ask(model, summaryRequest, text, {
+        holdKey: 'promised-c:summarize',
+        budget,
+      }).catch((err: unknown) => err);
+      assert.ok(refused instanceof ApplicationFailure && refused.type === FailureType.BudgetExhausted);
+      assert.match(refused.message, new RegExp(`npm run budget -- raise ${budget.id} --tokens <new total>`));
+      assert.doesNotMatch(refused.message, /--usd/);
+    });
+
+    it('a step that fails past its step budget while waiting its turn gives the turn up', async () => {
+      const { limits } = await store.open();
+      const scope = `${SCOPE}/${randomUUID()}`;
+      const pacer = new Pacer(
+        limits,
+        scope,
+        { provider: 'test', model: 'slow' },
+        {
+          leaseMs: 60_000,
+          settings: { requestsPerMinute: 1 },
+          log: silentLogger,
+        },
+      );
+      const call = (key: string) =>
+        pacer.run(
+          {
+            holdKey: key,
+            workflowId: `wf-${key}`,
+            step: 'summarize',
+            attemptEndsAt: Infinity,
+            stepEndsAt: Date.now() + 5_000,
+            signal: new AbortController().signal,
+          },
+          {
+            promptChars: 100,
+            maxOutputTokens: 10,
+            send: () =>
+              Promise.resolve({ value: key, usage: { inputTokens: 25, outputTokens: 10 }, limits: {} }),
+          },
+        );
+      await call('first');
+      // One call a minute: the second's turn is a minute off, past its step's budget of 5 s.
+      await assert.rejects(call('second'), /past the step's budget/);
+      const status = await limits.status(scope);
+      assert.equal(status?.waiting, 0, 'no call is shown waiting its turn');
     });
   });
 }

@@ -50,3 +50,11 @@ export function raiseCommand(
   const flags = [...(u ? ['--usd <new total>'] : []), ...(t ? ['--tokens <new total>'] : [])];
   return `npm run budget -- raise ${budget.id} ${flags.length > 0 ? flags.join(' ') : '--usd <new total>'}`;
 }
+
+/** How to raise a budget known by its ID only, where its limits are not at hand. */
+export function raiseCommandOf(budgetId: string): string {
+  return (
+    `npm run budget -- raise ${budgetId} --tokens <new total> or --usd <new total> (the limit ` +
+    `npm run budget -- show ${budgetId} says is reached)`
+  );
+}
