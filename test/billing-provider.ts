@@ -111,7 +111,7 @@ function blocksOf(request: ChatRequest): Block[] {
  */
 export async function startBillingProvider(
   answer: (request: ChatRequest, wantsJson: boolean) => string,
-  delayMs: (n: number) => number = () => 0,
+  delayMs: (n: number, request: ChatRequest) => number = () => 0,
 ): Promise<BillingProvider> {
   const bills: Bill[] = [];
   const cache = new Map<string, number>();
@@ -176,7 +176,7 @@ export async function startBillingProvider(
         cachedInputTokens: cacheReadTokens,
         cacheCreationInputTokens: cacheWriteTokens,
       }),
-      delayMs: delayMs(n),
+      delayMs: delayMs(n, request),
     };
   });
   return {

@@ -70,7 +70,7 @@ const STORES: Store[] = [
   },
 ];
 
-async function provider(delayMs?: (n: number) => number): Promise<BillingProvider> {
+async function provider(delayMs?: Parameters<typeof startBillingProvider>[1]): Promise<BillingProvider> {
   const started = await startBillingProvider(chineseAnswer, delayMs);
   defer(() => started.close());
   return started;
@@ -116,6 +116,36 @@ async function assertWithin(
     assert.ok(usd <= budget.usd + 1e-12, `billed $${usd.toFixed(6)} on a budget of $${budget.usd}`);
   assert.ok(status.spentTokens >= tokens, `the budget shows ${status.spentTokens} spent, ${tokens} billed`);
   assert.ok(status.spentUsd >= usd - 1e-12, `the budget shows $${status.spentUsd} spent, $${usd} billed`);
+}
+
+/**
+ * Starts a worker process making one budgeted call (test/fixtures/budget-call.ts, `args`), and SIGKILLs it as soon
+ * as the provider got its request.
+ */
+async function killAfterSend(billed: BillingProvider, args: string[]): Promise<'killed' | 'budget'> {
+  const sent = billed.bills.length;
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join('test', 'fixtures', 'budget-call.ts'), ...args],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  defer(() => void child.kill('SIGKILL'));
+  const deadline = Date.now() + 60_000;
+  while (billed.bills.length === sent) {
+    if (child.exitCode !== null) {
+      // Refused by its budget before it sent anything: the run would wait.
+      if (stderr.includes("type: 'BudgetExhausted'")) return 'budget';
+      throw new Error(`the worker ended before its request: ${stderr}`);
+    }
+    if (Date.now() > deadline) throw new Error(`the worker sent nothing in 60 s: ${stderr}`);
+    await sleep(20);
+  }
+  child.kill('SIGKILL');
+  await exited;
+  return 'killed';
 }
 
 /** `npm run budget -- <args>` on the store `env` names: its exit code and what it printed. */
@@ -217,41 +247,20 @@ for (const store of STORES) {
       const budget = { id: `budget-${randomUUID()}`, tokens: Math.floor(3.2 * worstCaseOfSummary(text)) };
       const holdKey = `killed-${randomUUID()}:summarize`;
       const leaseMs = 3_000;
-      const killedAfterSend = async (): Promise<void> => {
-        const sent = billed.bills.length;
-        const child = spawn(
-          process.execPath,
-          [
-            '--import',
-            'tsx',
-            path.join('test', 'fixtures', 'budget-call.ts'),
-            location,
-            'openai-compatible',
-            billed.baseUrl,
-            holdKey,
-            budget.id,
-            String(budget.tokens),
-            String(leaseMs),
-            file,
-          ],
-          { stdio: ['ignore', 'ignore', 'pipe'] },
-        );
-        let stderr = '';
-        child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-        const exited = new Promise((resolve) => child.on('exit', resolve));
-        defer(() => void child.kill('SIGKILL'));
-        const deadline = Date.now() + 60_000;
-        while (billed.bills.length === sent) {
-          if (child.exitCode !== null) throw new Error(`the worker ended before its request: ${stderr}`);
-          if (Date.now() > deadline) throw new Error(`the worker sent nothing in 60 s: ${stderr}`);
-          await sleep(20);
-        }
-        child.kill('SIGKILL');
-        await exited;
-      };
+      const killedAfterSend = (): Promise<'killed' | 'budget'> =>
+        killAfterSend(billed, [
+          location,
+          'openai-compatible',
+          billed.baseUrl,
+          holdKey,
+          budget.id,
+          String(budget.tokens),
+          String(leaseMs),
+          file,
+        ]);
       // Killed once; its retry (the same key, as Temporal's next attempt) killed too, before the first's lease ends.
-      await killedAfterSend();
-      await killedAfterSend();
+      assert.equal(await killedAfterSend(), 'killed');
+      assert.equal(await killedAfterSend(), 'killed');
       // Nobody comes back for the second until its lease lapses: the budget charges it by itself.
       await sleep(leaseMs + 500);
       const lapsed = await limits.budget(budget.id);
@@ -407,6 +416,68 @@ for (const store of STORES) {
       await assert.rejects(call('second'), /past the step's budget/);
       const status = await limits.status(scope);
       assert.equal(status?.waiting, 0, 'no call is shown waiting its turn');
+    });
+
+    it('one budget through all of it: Chinese documents, cache writes, killed workers and timeouts; the bill stays within', async (t) => {
+      const { location, limits } = await store.open();
+      // Requests of the keys marked slow are answered after 60 s (their workers are killed, or time out, first).
+      const billed = await provider((_n, request) =>
+        request.idempotencyKey?.startsWith('slow-') === true ? 60_000 : 0,
+      );
+      const budget = { id: `budget-${randomUUID()}`, tokens: 120_000, usd: 0.1 };
+      const dir = scratchDir(defer, 'budget-all-');
+      const documents = Array.from({ length: 12 }, (_, i) => chineseText(3_000, 20 + i));
+      const fast = budgetedModel(limits, { api: 'anthropic', baseUrl: billed.baseUrl, leaseMs: 3_000 });
+      const impatient = budgetedModel(limits, {
+        api: 'anthropic',
+        baseUrl: billed.baseUrl,
+        requestTimeoutMs: 500,
+      });
+      let refusals = 0;
+      for (const [i, text] of documents.entries()) {
+        const key = `doc-${i}`;
+        if (i % 4 === 1) {
+          // A worker killed after its request went out; the attempt after it goes on as usual.
+          const file = path.join(dir, `${key}.txt`);
+          writeFileSync(file, text);
+          const killed = await killAfterSend(billed, [
+            location,
+            'anthropic',
+            billed.baseUrl,
+            `slow-${key}:summarize`,
+            budget.id,
+            JSON.stringify({ tokens: budget.tokens, usd: budget.usd }),
+            '3000',
+            file,
+          ]);
+          if (killed === 'budget') refusals++;
+        }
+        if (i % 4 === 2) {
+          // An attempt that times out on our side while the provider bills it.
+          const timedOut = await unlessBudget(() =>
+            ask(impatient, summaryRequest, text, { holdKey: `slow-${key}:summarize`, budget }),
+          ).catch((err: unknown) => err);
+          if (timedOut === 'budget') refusals++;
+        }
+        const summary = await unlessBudget(() =>
+          ask(fast, summaryRequest, text, { holdKey: `${key}:summarize`, budget }),
+        );
+        const tags = await unlessBudget(() =>
+          ask(fast, tagsRequest, text, { holdKey: `${key}:tag`, budget }),
+        );
+        refusals += [summary, tags].filter((answer) => answer === 'budget').length;
+      }
+      assert.ok(refusals > 0, 'the budget ran out');
+      assert.ok(
+        billed.bills.some((b) => b.cacheWriteTokens > 0) && billed.bills.some((b) => b.cacheReadTokens > 0),
+      );
+      assert.ok(
+        billed.bills.some((b) => b.request.cutOff),
+        'some requests were cut off after they were billed',
+      );
+      // The killed workers' holds lapse (3 s) and are charged by themselves.
+      await sleep(3_500);
+      await assertWithin(limits, budget, billed, t);
     });
   });
 }

@@ -153,12 +153,9 @@ export class SqlRateLimits {
           );
           return { kind: 'budget', budget } as const;
         }
+        // Not listed: what it waits for is the calls under way, not a raise. A run is listed only when what is
+        // spent leaves it no room, which only a raise changes (and a raise empties the list).
         if (!fits(true)) return { kind: 'promised', budget, retryInMs: PROMISED_RETRY_MS } as const;
-        // The run goes on: it no longer waits for this budget (a raise would wake nothing).
-        await tx.run(
-          sql`DELETE FROM model_budget_waiters WHERE budget_id = ${budget.id}
-            AND workflow_id = ${request.workflowId}`,
-        );
       }
       const inFlight = await tx.first(
         sql<{ n: number }>`SELECT count(*) AS n FROM model_call_holds WHERE scope = ${request.scope}
