@@ -12,7 +12,8 @@
  *   `tools` and `response_format`; Messages the JSON of `tools` and `output_format`, and the tool-use system prompt
  *   of 346 tokens when the request forces a tool (Anthropic's documented figure for its Claude 4 models).
  * - Anthropic's prompt cache (docs.anthropic.com, prompt caching): the prompt up to and including the last block
- *   marked `cache_control` is the cached prefix when it is at least 1,024 tokens; the first request with it is
+ *   marked `cache_control` is the cached prefix when it is at least the model's minimum (1,024 tokens; 4,096 for
+ *   Claude Haiku 4.5); the first request with it is
  *   billed a cache write of those tokens (`cache_creation_input_tokens`, 1.25x the input price), a request within
  *   5 minutes a cache read (`cache_read_input_tokens`, 0.1x); `input_tokens` is the rest.
  */
@@ -58,7 +59,7 @@ export interface BillingProvider {
 }
 
 const TOOL_USE_SYSTEM_PROMPT_TOKENS = 346;
-const CACHE_MIN_TOKENS = 1_024;
+const CACHE_MIN_TOKENS: Record<string, number> = { 'claude-haiku-4-5': 4_096 };
 const CACHE_TTL_MS = 5 * 60_000;
 
 /** Tokens of `text`, counted at least as densely as the providers' tokenizers (see the file's comment). */
@@ -140,7 +141,7 @@ export async function startBillingProvider(
       if (last >= 0) {
         const prefix = blocks.slice(0, last + 1).map((b) => b.text);
         const tokens = prefix.reduce((sum, text) => sum + billedTokens(text), 0);
-        if (tokens >= CACHE_MIN_TOKENS) {
+        if (tokens >= (CACHE_MIN_TOKENS[parsed.model] ?? 1_024)) {
           cachedPrefix = tokens;
           cacheKey = `${parsed.model}\0${prefix.join('\0')}`;
         }
