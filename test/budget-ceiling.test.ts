@@ -238,16 +238,15 @@ for (const store of STORES) {
 
     it('a worker SIGKILLed after its request went out: the killed call is charged, the bill stays within', async (t) => {
       const { location, limits } = await store.open();
-      // The first two requests are served slowly (their workers are killed meanwhile); they are billed all the same.
-      const billed = await provider((n) => (n <= 2 ? 60_000 : 0));
+      // The first and third requests are served slowly (their workers are killed meanwhile); billed all the same.
+      const billed = await provider((n) => (n === 1 || n === 3 ? 60_000 : 0));
       const text = chineseText(600, 7);
       const file = path.join(scratchDir(defer, 'budget-kill-'), 'document.txt');
       writeFileSync(file, text);
       // Room for three calls at their worst, not four.
       const budget = { id: `budget-${randomUUID()}`, tokens: Math.floor(3.2 * worstCaseOfSummary(text)) };
-      const holdKey = `killed-${randomUUID()}:summarize`;
       const leaseMs = 3_000;
-      const killedAfterSend = (): Promise<'killed' | 'budget'> =>
+      const killedAfterSend = (holdKey: string): Promise<'killed' | 'budget'> =>
         killAfterSend(billed, [
           location,
           'openai-compatible',
@@ -258,19 +257,25 @@ for (const store of STORES) {
           String(leaseMs),
           file,
         ]);
-      // Killed once; its retry (the same key, as Temporal's next attempt) killed too, before the first's lease ends.
-      assert.equal(await killedAfterSend(), 'killed');
-      assert.equal(await killedAfterSend(), 'killed');
-      // Nobody comes back for the second until its lease lapses: the budget charges it by itself.
+      const model = budgetedModel(limits, { api: 'openai-compatible', baseUrl: billed.baseUrl, leaseMs });
+      // Killed after sending; its next attempt (the same key, as Temporal's retry) comes at once, within the
+      // killed one's lease, finds it sent, and charges it.
+      const first = `killed-${randomUUID()}:summarize`;
+      assert.equal(await killedAfterSend(first), 'killed');
+      assert.ok((await ask(model, summaryRequest, text, { holdKey: first, budget })).value.length > 0);
+      const retried = await limits.budget(budget.id);
+      assert.ok(
+        (retried?.spentTokens ?? 0) >= billed.billedTokens(),
+        `two calls billed ${billed.billedTokens()} tokens; the budget shows ${retried?.spentTokens} spent`,
+      );
+      // Killed after sending, and nobody comes back for it: once its lease lapses the budget charges it by itself.
+      assert.equal(await killedAfterSend(`killed-${randomUUID()}:summarize`), 'killed');
       await sleep(leaseMs + 500);
       const lapsed = await limits.budget(budget.id);
       assert.ok(
         (lapsed?.spentTokens ?? 0) >= billed.billedTokens(),
-        `two calls billed ${billed.billedTokens()} tokens; the budget shows ${lapsed?.spentTokens} spent`,
+        `three calls billed ${billed.billedTokens()} tokens; the budget shows ${lapsed?.spentTokens} spent`,
       );
-      const model = budgetedModel(limits, { api: 'openai-compatible', baseUrl: billed.baseUrl, leaseMs });
-      const answer = await ask(model, summaryRequest, text, { holdKey, budget });
-      assert.ok(answer.value.length > 0);
       assert.equal(billed.bills.length, 3);
       await assertWithin(limits, budget, billed, t);
       // A fourth call at its worst no longer fits: the run would wait for the budget to be raised.
