@@ -7,7 +7,8 @@
  *
  * - Tokens: a quarter token an ASCII character, and two tokens a character of a CJK script (OpenAI's cl100k_base
  *   and o200k_base spend one to three on a Chinese character, splitting rarer ones into their bytes: two a
- *   character on running text is denser than either), one a character of any other script; rounded up.
+ *   character on running text is denser than either), one a character of any other script of the BMP, and a
+ *   token a byte beyond it (rare ideographs of CJK Extension B and on, emoji: the byte fallback); rounded up.
  * - Framing, as the APIs add it: chat completions 3 tokens a message and 3 to prime the answer, and the JSON of
  *   `tools` and `response_format`; Messages the JSON of `tools` and `output_format`, and the tool-use system prompt
  *   of 346 tokens when the request forces a tool (Anthropic's documented figure for its Claude 4 models).
@@ -67,7 +68,8 @@ export function billedTokens(text: string): number {
   let quarterTokens = 0;
   for (const ch of text) {
     const code = ch.codePointAt(0) ?? 0;
-    quarterTokens += code < 0x80 ? 1 : isCjk(code) ? 8 : 4;
+    // Beyond the BMP (ideographs of Extension B and on, emoji) a tokenizer falls back to bytes: 4 tokens.
+    quarterTokens += code < 0x80 ? 1 : code >= 0x10000 ? 16 : isCjk(code) ? 8 : 4;
   }
   return Math.ceil(quarterTokens / 4);
 }
@@ -77,8 +79,7 @@ function isCjk(code: number): boolean {
     (code >= 0x2e80 && code <= 0x9fff) || // radicals, punctuation, kana, Hangul letters, CJK ideographs
     (code >= 0xac00 && code <= 0xd7af) || // Hangul syllables
     (code >= 0xf900 && code <= 0xfaff) || // compatibility ideographs
-    (code >= 0xff00 && code <= 0xffef) || // full-width forms
-    (code >= 0x20000 && code <= 0x3ffff) // ideographs beyond the BMP
+    (code >= 0xff00 && code <= 0xffef) // full-width forms
   );
 }
 

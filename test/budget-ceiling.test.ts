@@ -214,16 +214,29 @@ for (const store of STORES) {
 
     it('a dollar budget on Anthropic, each document written to the prompt cache: the bill stays within it', async (t) => {
       const { limits } = await store.open();
-      // Several budgets, so that the last call admitted under one leaves whatever room it leaves.
-      for (const usd of [0.06, 0.08, 0.1, 0.12]) {
+      // Several budgets, so that the last call admitted under one leaves whatever room it leaves. English: a count
+      // of 4 characters a token is right for it, and only the cache write's surcharge is left to miss. Ideographs
+      // of CJK Extension B: billed a token a byte, so no margin of the bytes' bound hides the surcharge either.
+      const english = (key: string): string =>
+        `Document ${key}. ${'Durable workflows resume from their last finished step after a crash. '.repeat(560)}`;
+      const extensionB = (key: string): string =>
+        `${key} ${Array.from({ length: 10_000 }, (_, i) => String.fromCodePoint(0x20000 + ((i * 7919) % 40_000))).join('')}`;
+      for (const [kind, usd] of [
+        [english, 0.06],
+        [english, 0.08],
+        [english, 0.1],
+        [english, 0.12],
+        [extensionB, 0.06],
+        [extensionB, 0.095],
+        [extensionB, 0.145],
+      ] as const) {
         const billed = await provider();
         const model = budgetedModel(limits, { api: 'anthropic', baseUrl: billed.baseUrl });
         const budget = { id: `budget-${randomUUID()}`, usd };
         for (let i = 0; i < 12; i++) {
-          // English: the estimate's count is right for it, and only the cache write's surcharge is left to miss.
-          const text = `Document ${usd}-${i}. ${'Durable workflows resume from their last finished step after a crash. '.repeat(560)}`;
+          const key = `${kind.name}-${usd}-${i}`;
           const summary = await unlessBudget(() =>
-            ask(model, summaryRequest, text, { holdKey: `cache-${usd}-${i}:summarize`, budget }),
+            ask(model, summaryRequest, kind(key), { holdKey: `cache-${key}:summarize`, budget }),
           );
           if (summary === 'budget') break;
         }
