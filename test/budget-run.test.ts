@@ -19,7 +19,7 @@ const defer = cleanupAfterAll();
  * provider served from its cache are billed at the cached price, as the invoice bills them.
  */
 const PRICE = { input: 0.15, cachedInput: 0.075, output: 0.6 };
-/** Room for a few of the documents: each reserves its prompt and the most its answers may use, ~$0.0008. */
+/** Room for a few of the documents: each call is held at the most it may be billed (its prompt's bytes, the framing, its whole answer). */
 const BUDGET_USD = 0.003;
 const RAISED_USD = 1;
 

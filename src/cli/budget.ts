@@ -4,7 +4,7 @@ import { budgetRaisedSignal } from '../workflow/queries';
 import { loadConfig } from '../config';
 import type { Config } from '../config';
 import { runMain, UserFacingError } from '../lib/run-main';
-import { describeBudget, describePacing } from '../model/pacing-status';
+import { describeBudget, describePacing, raiseCommand } from '../model/pacing-status';
 import type { BudgetStatus } from '../model/rate-limit-store';
 import { openStores } from '../store/open';
 import { connectClient } from '../temporal/connection';
@@ -66,7 +66,7 @@ async function run(): Promise<void> {
       const before = await limiter.budget(id);
       if (before === undefined)
         throw new UserFacingError(`no budget is called "${id}"; npm run budget lists them`);
-      refuseBelowSpent(before, limits);
+      refuseBelowPromised(before, limits);
       const raised = await limiter.setBudget(id, limits);
       if (raised === undefined) throw new UserFacingError(`no budget is called "${id}"`);
       console.log(`Raised: ${describeBudget(raised.budget)}`);
@@ -77,7 +77,7 @@ async function run(): Promise<void> {
       for (const { budget, workflowIds } of waiting) {
         console.log(describeBudget(budget));
         console.log(`  ${workflowIds.length} run(s) waiting: ${workflowIds.slice(0, 10).join(', ')}`);
-        console.log(`  raise it: npm run budget -- raise ${budget.id} --usd <new total>`);
+        console.log(`  raise it: ${raiseCommand(budget)}`);
       }
       for (const scope of await limiter.scopes()) {
         const status = await limiter.status(scope, config.modelLimits);
@@ -100,18 +100,26 @@ function measureOf(flag: string, raw: string, whole: boolean): number | null {
   return n;
 }
 
-/** A limit below what is spent already would pause every run for good: refused, saying what is spent. */
-function refuseBelowSpent(
+/**
+ * A limit below what is spent already would pause every run for good, and one below what is spent and promised to
+ * calls under way would be passed by those calls as they end (they were let go under the old limit): refused,
+ * saying what is spent and promised.
+ */
+function refuseBelowPromised(
   budget: BudgetStatus,
   limits: { usd?: number | null; tokens?: number | null },
 ): void {
-  if (typeof limits.usd === 'number' && limits.usd < budget.spentUsd)
+  const usd = budget.spentUsd + budget.reservedUsd;
+  if (typeof limits.usd === 'number' && limits.usd < usd)
     throw new UserFacingError(
-      `--usd ${limits.usd} is below what budget ${budget.id} has spent ($${budget.spentUsd.toFixed(6)}): give a higher total`,
+      `--usd ${limits.usd} is below what budget ${budget.id} has spent ($${budget.spentUsd.toFixed(6)}) and ` +
+        `promised to calls under way ($${budget.reservedUsd.toFixed(6)}): give at least $${usd.toFixed(6)}`,
     );
-  if (typeof limits.tokens === 'number' && limits.tokens < budget.spentTokens)
+  const tokens = budget.spentTokens + budget.reservedTokens;
+  if (typeof limits.tokens === 'number' && limits.tokens < tokens)
     throw new UserFacingError(
-      `--tokens ${limits.tokens} is below what budget ${budget.id} has spent (${budget.spentTokens} tokens): give a higher total`,
+      `--tokens ${limits.tokens} is below what budget ${budget.id} has spent (${budget.spentTokens} tokens) and ` +
+        `promised to calls under way (${budget.reservedTokens}): give at least ${tokens}`,
     );
 }
 

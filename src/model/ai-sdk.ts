@@ -20,6 +20,7 @@ import {
 import { describeIssues, FailureType } from '../contract';
 import type { ModelInfo, Usage } from '../contract';
 import type { RemoteModelSettings } from './choose';
+import { NOT_BILLED } from './pacer';
 import type { BusyDetails, Pacer } from './pacer';
 import { findProvider } from './providers';
 import { paidButRefused } from './memo-call';
@@ -27,6 +28,7 @@ import { documentBlock, FRAMING_VERSION, MAX_INPUT_CHARS, SYSTEM, taskOf } from 
 import { limitsFromHeaders } from './rate-limit';
 import type { ProviderLimits } from './rate-limit';
 import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
+import { utf8Bytes } from './worst-case';
 
 /**
  * A model behind a provider's API, called through the Vercel AI SDK; the provider (one file each, see
@@ -61,8 +63,8 @@ export class AiSdkModel implements DocumentModel {
   }
 
   async ask<T>(request: ModelRequest<T>, text: string, call: ModelCall): Promise<ModelAnswer<T>> {
-    const { answer, maxOutputTokens } = request;
-    return this.paced(call, text, maxOutputTokens, async () => {
+    const { answer } = request;
+    return this.paced(call, text, request, async () => {
       const settings = this.request(request, call, text);
       if (answer.kind === 'text') {
         const result = await this.sorted(call, () => generateText(settings));
@@ -102,17 +104,32 @@ export class AiSdkModel implements DocumentModel {
   private async paced<T>(
     call: ModelCall,
     text: string,
-    maxOutputTokens: number,
+    request: ModelRequest<T>,
     send: () => Promise<{ value: T; usage: Usage; limits: ProviderLimits }>,
   ): Promise<ModelAnswer<T>> {
     if (this.pacer === undefined || call.pacing === undefined) {
       const { value, usage } = await send();
       return { value, usage };
     }
+    const { answer, maxOutputTokens } = request;
+    // Every text the request sends, as bytes: the bound its budget holds (worst-case.ts).
+    const promptBytes = utf8Bytes(
+      SYSTEM,
+      documentBlock(text),
+      taskOf(request.instructions, maxOutputTokens, call.retryHint),
+      ...(answer.kind === 'json'
+        ? [answer.name, JSON.stringify(z.toJSONSchema(answer.schema, { io: 'output' }))]
+        : []),
+    );
     return this.pacer.run(
       { ...call.pacing, holdKey: call.idempotencyKey, signal: call.signal },
       // The system line, the document as sent, and the task's few hundred characters.
-      { promptChars: SYSTEM.length + Math.min(text.length, MAX_INPUT_CHARS) + 300, maxOutputTokens, send },
+      {
+        promptChars: SYSTEM.length + Math.min(text.length, MAX_INPUT_CHARS) + 300,
+        promptBytes,
+        maxOutputTokens,
+        send,
+      },
     );
   }
 
@@ -225,6 +242,7 @@ export class AiSdkModel implements DocumentModel {
         type: FailureType.ModelRejected,
         nonRetryable: true,
         message: `${this.what} answered HTTP 429 for the account's quota: ${excerpt(body)}; add credits or raise the account's quota, then submit the documents again`,
+        details: [NOT_BILLED],
       });
     }
     if (isBackPressure(status)) return busyFailure(status, headers, body, this.what);
@@ -246,6 +264,8 @@ export class AiSdkModel implements DocumentModel {
       type: FailureType.ModelRejected,
       nonRetryable: true,
       message: `${this.what} answered HTTP ${status}: ${excerpt(body === '' ? err.message : body)}; ${hint}`,
+      // A request refused as it stands (4xx) was served no answer: nothing billed. Others may have been.
+      ...(status >= 400 && status < 500 && status !== 408 ? { details: [NOT_BILLED] } : {}),
     });
   }
 

@@ -9,7 +9,9 @@ import type { PipelineMetrics } from '../telemetry/metrics';
 import { formatDelay } from '../telemetry/attempts';
 import { estimateCost } from './pricing';
 import type { PriceTable } from './pricing';
+import { describeBudget, raiseCommand } from './pacing-status';
 import { estimateTokens } from './rate-limit';
+import { worstCaseTokens, worstCaseUsd } from './worst-case';
 import type { CallEnd, LimitSettings, ProviderLimits } from './rate-limit';
 import type { BudgetRef, BudgetStatus, Spent, SqlRateLimits } from './rate-limit-store';
 
@@ -32,6 +34,11 @@ export interface CallPlace {
 export interface PacedRequest<T> {
   /** Characters of the prompt (instructions and text) and the most tokens the answer may use. */
   promptChars: number;
+  /**
+   * UTF-8 bytes of everything the request sends (the system line, the messages, the answer's schema): the bound
+   * its budget holds (worst-case.ts). Absent, three bytes a character (a UTF-16 unit is at most three).
+   */
+  promptBytes?: number | undefined;
   maxOutputTokens: number;
   send(): Promise<{ value: T; usage: Usage; limits: ProviderLimits }>;
 }
@@ -52,6 +59,13 @@ export interface BudgetDetails {
 
 /** A model call's spending the provider was paid for but the step refused: the client attaches it (ai-sdk.ts). */
 const PaidDetailsSchema = z.object({ paidUsage: UsageSchema });
+
+/**
+ * A failure the provider answered with a refusal of the request itself (a 4xx but 408 and 429): nothing was served,
+ * nothing billed. The client attaches it (ai-sdk.ts); any other failure after a send may have been billed.
+ */
+export const NOT_BILLED = { notBilled: true } as const;
+const NotBilledSchema = z.object({ notBilled: z.literal(true) });
 
 interface Logger {
   info(message: string, attributes?: Record<string, unknown>): void;
@@ -101,11 +115,18 @@ export class Pacer {
     const metrics = this.options.metrics ?? noMetrics;
     for (;;) {
       const charsPerToken = await this.limits.charsPerToken(this.scope);
+      // The pacing's likely tokens; the budget holds the most the provider may bill (worst-case.ts).
       const tokens = estimateTokens(request.promptChars, request.maxOutputTokens, charsPerToken);
-      const priced = estimateCost(this.options.prices ?? {}, this.model, {
-        inputTokens: tokens - request.maxOutputTokens,
-        outputTokens: request.maxOutputTokens,
-      });
+      const budgetTokens = worstCaseTokens(
+        request.promptBytes ?? 3 * request.promptChars,
+        request.maxOutputTokens,
+      );
+      const priced = worstCaseUsd(
+        this.options.prices ?? {},
+        this.model,
+        budgetTokens - request.maxOutputTokens,
+        request.maxOutputTokens,
+      );
       if (priced === null && place.budget?.usd !== undefined) {
         throw ApplicationFailure.create({
           type: FailureType.InvalidInput,
@@ -121,6 +142,7 @@ export class Pacer {
           scope: this.scope,
           holdKey: place.holdKey,
           tokens,
+          budgetTokens,
           usd,
           budget: place.budget,
           workflowId: place.workflowId,
@@ -128,13 +150,22 @@ export class Pacer {
         },
         this.options.settings,
       );
-      if (turn.kind === 'budget') throw budgetFailure(place, turn.budget, { tokens, usd });
-      if (turn.kind === 'busy') {
+      if (turn.kind === 'budget') throw budgetFailure(place, turn.budget, { tokens: budgetTokens, usd });
+      if (turn.kind === 'busy' || turn.kind === 'promised') {
+        // 'promised': it fits once calls under way end (they spend what they used and give back the rest).
         await this.wait(place, turn.retryInMs, metrics);
         continue;
       }
       const hold = { holdKey: place.holdKey, nonce: turn.nonce };
-      await this.wait(place, turn.waitMs, metrics, hold);
+      try {
+        await this.wait(place, turn.waitMs, metrics, hold);
+      } catch (err) {
+        // A step that fails for good waiting (past its step budget) gives its turn up; one that goes to wait
+        // outside the attempt keeps it for the next attempt.
+        if (err instanceof ApplicationFailure && err.nonRetryable)
+          await this.end(place, turn.nonce, { kind: 'unanswered' });
+        throw err;
+      }
       if (!(await this.admitted(place, hold, tokens, metrics))) {
         // No room among the fleet's sends soon (a worker held up past its turn sends together with the calls whose
         // turns fell in the delay; a refusal since holds the fleet back): it queues again, its turn left unused.
@@ -163,16 +194,22 @@ export class Pacer {
           });
           continue;
         }
-        const paid = PaidDetailsSchema.safeParse(
-          err instanceof ApplicationFailure ? err.details?.[0] : undefined,
-        );
+        const detail = err instanceof ApplicationFailure ? err.details?.[0] : undefined;
+        const paid = PaidDetailsSchema.safeParse(detail);
+        // No answer to read the bill from (a timeout, a reset, a 5xx, a cancelled attempt): the provider may have
+        // served and billed it, so its budget is charged what it held, the most it may have cost.
+        const spent = paid.success
+          ? this.spent(paid.data.paidUsage, request.promptChars)
+          : NotBilledSchema.safeParse(detail).success
+            ? undefined
+            : 'held';
         await this.end(
           place,
           turn.nonce,
           paid.success
             ? this.answered(tokens, paid.data.paidUsage, {}, Date.now() - sentAt)
             : { kind: 'unanswered' },
-          paid.success ? this.spent(paid.data.paidUsage, request.promptChars) : undefined,
+          spent,
         );
         throw err;
       }
@@ -274,7 +311,7 @@ export class Pacer {
   }
 
   /** Reports a call's end, through a brief outage of the store: it settles the budget and teaches the pacing. */
-  private async end(place: CallPlace, nonce: string, end: CallEnd, spent?: Spent): Promise<void> {
+  private async end(place: CallPlace, nonce: string, end: CallEnd, spent?: Spent | 'held'): Promise<void> {
     for (let tries = 1; ; tries++) {
       try {
         await this.limits.end(
@@ -312,16 +349,13 @@ function budgetFailure(
   needed: { tokens: number; usd: number },
 ): ApplicationFailure {
   const details: BudgetDetails = { budget, needed };
-  const spent =
-    budget.limitUsd !== null
-      ? `$${budget.spentUsd.toFixed(4)} of $${budget.limitUsd.toFixed(4)}`
-      : `${budget.spentTokens} of ${budget.limitTokens ?? '∞'} tokens`;
   return ApplicationFailure.create({
     type: FailureType.BudgetExhausted,
     nonRetryable: true,
     message:
-      `${place.step} would pass budget ${budget.id} (spent ${spent}, this call needs up to ${needed.tokens} tokens, ` +
-      `$${needed.usd.toFixed(4)}): the run waits; raise it with npm run budget -- raise ${budget.id} --usd <dollars>`,
+      `${place.step} would pass budget ${budget.id} (${describeBudget(budget)}; this call may cost up to ` +
+      `${needed.tokens} tokens, $${needed.usd.toFixed(4)}): the run waits; raise it with ` +
+      raiseCommand(budget, needed),
     details: [details],
   });
 }

@@ -31,3 +31,30 @@ export function describePacing(status: ScopeStatus): string {
   const waiting = status.waiting > 0 ? `, ${status.waiting} waiting their turn` : '';
   return `Provider ${status.scope}: ${status.callsLastMinute} calls in the last minute ${against}, ${refused}${waiting}`;
 }
+
+/**
+ * The command that raises what binds: the limit a call of `needed` would pass (tokens, dollars, or both), else each
+ * limit the budget has. A dollar figure for a budget held by its tokens would add a limit and leave the one that
+ * binds where it is.
+ */
+export function raiseCommand(
+  budget: Pick<BudgetStatus, 'id' | 'limitTokens' | 'limitUsd' | 'spentTokens' | 'spentUsd'>,
+  needed?: { tokens: number; usd: number },
+): string {
+  const tokens = budget.limitTokens !== null;
+  const usd = budget.limitUsd !== null;
+  const tokensBind =
+    tokens && needed !== undefined && budget.spentTokens + needed.tokens > (budget.limitTokens ?? 0);
+  const usdBind = usd && needed !== undefined && budget.spentUsd + needed.usd > (budget.limitUsd ?? 0);
+  const [t, u] = tokensBind || usdBind ? [tokensBind, usdBind] : [tokens, usd];
+  const flags = [...(u ? ['--usd <new total>'] : []), ...(t ? ['--tokens <new total>'] : [])];
+  return `npm run budget -- raise ${budget.id} ${flags.length > 0 ? flags.join(' ') : '--usd <new total>'}`;
+}
+
+/** How to raise a budget known by its ID only, where its limits are not at hand. */
+export function raiseCommandOf(budgetId: string): string {
+  return (
+    `npm run budget -- raise ${budgetId} --tokens <new total> or --usd <new total> (the limit ` +
+    `npm run budget -- show ${budgetId} says is reached)`
+  );
+}

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
 import { clockMs } from '../store/clock';
 import { forUpdate, jsonOf } from '../store/sql';
 import type { Sql } from '../store/sql';
@@ -25,8 +26,13 @@ export interface BudgetRef {
 export interface HoldRequest {
   scope: string;
   holdKey: string;
-  /** Estimated tokens (the prompt's and the most the call may answer) and their price (0 without one). */
+  /** Estimated tokens (the prompt's and the most the call may answer), for the pacing. */
   tokens: number;
+  /**
+   * What the budget holds for the call: the most the provider may bill for it (its worst case, pacer.ts), in
+   * tokens (`tokens` when absent) and in dollars (0 without a price).
+   */
+  budgetTokens?: number | undefined;
   usd: number;
   budget?: BudgetRef | undefined;
   /** The run to wake when a budget it waits for is raised. */
@@ -40,7 +46,12 @@ export type HoldAnswer =
   | { kind: 'granted'; waitMs: number; nonce: string; probe: boolean }
   | { kind: 'busy'; retryInMs: number; why: 'probe' | 'concurrency' }
   /** The call would pass the budget: nothing reserved; the run was listed to be woken when it is raised. */
-  | { kind: 'budget'; budget: BudgetStatus };
+  | { kind: 'budget'; budget: BudgetStatus }
+  /**
+   * The call fits what is left once the calls under way end, not before: nothing reserved, no run listed; look
+   * again in `retryInMs` (their promises end within their leases, and most end below what they promised).
+   */
+  | { kind: 'promised'; budget: BudgetStatus; retryInMs: number };
 
 export interface BudgetStatus {
   id: string;
@@ -77,7 +88,11 @@ interface HoldRow {
   nonce: string;
   start_at: number;
   lease_until: number;
+  sent_at: number | null;
 }
+
+/** How soon a call that fits only once the calls under way end looks again. */
+const PROMISED_RETRY_MS = 2_000;
 
 /**
  * The pacing of model calls and the budgets, shared by every worker on the store: the data folder's SQLite file on
@@ -94,10 +109,15 @@ export class SqlRateLimits {
     return this.db.transaction(async (tx) => {
       const { state, now } = await this.lockScope(tx, request.scope);
       const existing = await tx.first(
-        sql<HoldRow>`SELECT nonce, start_at, lease_until FROM model_call_holds WHERE hold_key = ${request.holdKey}
-          AND ended = ${falseOf(tx)} AND lease_until > ${now} ORDER BY start_at DESC LIMIT 1${forUpdate(tx)}`,
+        sql<HoldRow>`SELECT nonce, start_at, lease_until, sent_at FROM model_call_holds
+          WHERE hold_key = ${request.holdKey} AND ended = ${falseOf(tx)} AND lease_until > ${now}
+          ORDER BY start_at DESC LIMIT 1${forUpdate(tx)}`,
       );
-      if (existing !== undefined && existing.start_at < now - LATE_MS) {
+      if (existing !== undefined && existing.sent_at !== null) {
+        // A call let go under this key whose end was never told (its worker died after sending, or lost the store
+        // as it ended): the provider may have billed it, so what it held is spent, and this call takes a new turn.
+        await chargeHolds(tx, sql`hold_key = ${request.holdKey} AND nonce = ${existing.nonce}`);
+      } else if (existing !== undefined && existing.start_at < now - LATE_MS) {
         // A turn long past, never used (its attempt came back late, or died waiting): the provider's counts since
         // do not have it, so it is given up and the call queues again.
         await tx.run(
@@ -117,19 +137,25 @@ export class SqlRateLimits {
           probe: false,
         } as const;
       }
+      const budgetTokens = Math.ceil(request.budgetTokens ?? request.tokens);
       if (request.budget !== undefined) {
         const budget = await this.lockBudget(tx, request.budget, now);
-        const over =
-          (budget.limitTokens !== null &&
-            budget.spentTokens + budget.reservedTokens + request.tokens > budget.limitTokens) ||
-          (budget.limitUsd !== null && budget.spentUsd + budget.reservedUsd + request.usd > budget.limitUsd);
-        if (over) {
+        const fits = (promised: boolean): boolean =>
+          (budget.limitTokens === null ||
+            budget.spentTokens + (promised ? budget.reservedTokens : 0) + budgetTokens <=
+              budget.limitTokens) &&
+          (budget.limitUsd === null ||
+            budget.spentUsd + (promised ? budget.reservedUsd : 0) + request.usd <= budget.limitUsd);
+        if (!fits(false)) {
           await tx.run(
             sql`INSERT INTO model_budget_waiters (budget_id, workflow_id, since)
               VALUES (${budget.id}, ${request.workflowId}, ${tx.now()}) ON CONFLICT DO NOTHING`,
           );
           return { kind: 'budget', budget } as const;
         }
+        // Not listed: what it waits for is the calls under way, not a raise. A run is listed only when what is
+        // spent leaves it no room, which only a raise changes (and a raise empties the list).
+        if (!fits(true)) return { kind: 'promised', budget, retryInMs: PROMISED_RETRY_MS } as const;
       }
       const inFlight = await tx.first(
         sql<{ n: number }>`SELECT count(*) AS n FROM model_call_holds WHERE scope = ${request.scope}
@@ -139,9 +165,10 @@ export class SqlRateLimits {
       if (granted.kind === 'busy') return granted;
       const nonce = randomUUID();
       await tx.run(
-        sql`INSERT INTO model_call_holds (hold_key, nonce, scope, budget_id, tokens, usd, start_at, lease_until)
+        sql`INSERT INTO model_call_holds (hold_key, nonce, scope, budget_id, tokens, budget_tokens, usd, start_at,
+          lease_until)
           VALUES (${request.holdKey}, ${nonce}, ${request.scope}, ${request.budget?.id ?? null},
-          ${Math.ceil(request.tokens)}, ${request.usd}, ${Math.ceil(granted.startAt)},
+          ${Math.ceil(request.tokens)}, ${budgetTokens}, ${request.usd}, ${Math.ceil(granted.startAt)},
           ${Math.ceil(granted.startAt + request.leaseMs)})`,
       );
       await this.writeState(tx, request.scope, granted.state);
@@ -151,24 +178,28 @@ export class SqlRateLimits {
 
   /**
    * Ends a call's hold: what it spent goes to its budget (once: a hold already ended counts nothing), and what the
-   * provider said (an answer's headers, a refusal's delay) goes to the scope's pacing.
+   * provider said (an answer's headers, a refusal's delay) goes to the scope's pacing. `spent` 'held': a call sent
+   * whose cost is not known (no answer came: a timeout, a reset) is charged what its hold promised, the most the
+   * provider may bill for it; undefined: the call cost nothing (never sent, or refused before it was served).
    */
   async end(
     scope: string,
     hold: { holdKey: string; nonce: string },
     end: CallEnd,
     settings: LimitSettings,
-    spent?: Spent,
+    spent?: Spent | 'held',
   ): Promise<void> {
     const { holdKey, nonce } = hold;
     await this.db.transaction(async (tx) => {
       const { state, now } = await this.lockScope(tx, scope);
+      const mine = sql`hold_key = ${holdKey} AND nonce = ${nonce}`;
+      if (spent === 'held') await chargeHolds(tx, mine);
       const ended = await tx.rows(
         sql<{ budget_id: string | null }>`UPDATE model_call_holds SET ended = ${trueOf(tx)}
-          WHERE hold_key = ${holdKey} AND nonce = ${nonce} AND ended = ${falseOf(tx)} RETURNING budget_id`,
+          WHERE ${mine} AND ended = ${falseOf(tx)} RETURNING budget_id`,
       );
       const budgetId = ended[0]?.budget_id ?? null;
-      if (spent !== undefined && budgetId !== null && ended.length === 1) {
+      if (spent !== undefined && spent !== 'held' && budgetId !== null && ended.length === 1) {
         await addSpent(tx, budgetId, spent);
       }
       // The calls sent after this one (their turns came after its, and before now): the provider's count in the
@@ -208,14 +239,18 @@ export class SqlRateLimits {
             WHERE scope = ${scope} AND ended = ${falseOf(tx)} AND start_at > ${now}`,
         );
       }
-      if (spent?.promptChars !== undefined && spent.inputTokens !== undefined)
+      if (spent !== 'held' && spent?.promptChars !== undefined && spent.inputTokens !== undefined)
         next = {
           ...next,
           charsPerToken: calibrate(next.charsPerToken, spent.promptChars, spent.inputTokens),
         };
       await this.writeState(tx, scope, next);
       // Holds are kept ten minutes past their lease (a repeat of an ending, retried through an outage, must find
-      // its hold ended), then dropped.
+      // its hold ended), then dropped; a sent one whose budget has not charged it yet is charged first.
+      await chargeHolds(
+        tx,
+        sql`scope = ${scope} AND sent_at IS NOT NULL AND lease_until <= ${now} AND budget_id IS NOT NULL`,
+      );
       await tx.run(
         sql`DELETE FROM model_call_holds WHERE scope = ${scope} AND lease_until < ${now - 600_000}`,
       );
@@ -241,6 +276,11 @@ export class SqlRateLimits {
       if (mine === undefined) return { kind: 'gone' } as const;
       const answer = admit(state, now, cost, settings);
       if (answer.kind === 'wait') return answer;
+      // From here the provider may bill it: a hold that lapses unended is charged (chargeHolds).
+      await tx.run(
+        sql`UPDATE model_call_holds SET sent_at = ${now} WHERE hold_key = ${hold.holdKey}
+          AND nonce = ${hold.nonce}`,
+      );
       await this.writeState(tx, scope, answer.state);
       return { kind: 'send' } as const;
     });
@@ -292,9 +332,13 @@ export class SqlRateLimits {
     return rows.map((r) => r.scope);
   }
 
+  /** A budget as it stands, the holds of calls sent and lapsed unended (their workers died) charged first. */
   async budget(id: string): Promise<BudgetStatus | undefined> {
-    const now = await clockMs(this.db);
-    return this.readBudget(this.db, id, now, false);
+    return this.db.transaction(async (tx) => {
+      const now = await clockMs(tx);
+      await chargeLapsed(tx, id, now);
+      return this.readBudget(tx, id, now, false);
+    });
   }
 
   /** Budgets with runs waiting on them, and those runs. */
@@ -306,10 +350,9 @@ export class SqlRateLimits {
     const byBudget = new Map<string, string[]>();
     for (const row of rows)
       byBudget.set(row.budget_id, [...(byBudget.get(row.budget_id) ?? []), row.workflow_id]);
-    const now = await clockMs(this.db);
     const out: { budget: BudgetStatus; workflowIds: string[] }[] = [];
     for (const [id, workflowIds] of byBudget) {
-      const budget = await this.readBudget(this.db, id, now, false);
+      const budget = await this.budget(id);
       if (budget !== undefined) out.push({ budget, workflowIds });
     }
     return out;
@@ -325,6 +368,7 @@ export class SqlRateLimits {
   ): Promise<{ budget: BudgetStatus; woken: string[] } | undefined> {
     return this.db.transaction(async (tx) => {
       const now = await clockMs(tx);
+      await chargeLapsed(tx, id, now);
       const found = await this.readBudget(tx, id, now, true);
       if (found === undefined) return undefined;
       const limitTokens = limits.tokens === undefined ? found.limitTokens : limits.tokens;
@@ -365,6 +409,7 @@ export class SqlRateLimits {
 
   private async lockBudget(tx: Sql, ref: BudgetRef, now: number): Promise<BudgetStatus> {
     await ensureBudget(tx, ref);
+    await chargeLapsed(tx, ref.id, now);
     const budget = await this.readBudget(tx, ref.id, now, true);
     if (budget === undefined) throw new Error(`budget ${ref.id} vanished while it was read`);
     return budget;
@@ -388,8 +433,10 @@ export class SqlRateLimits {
     );
     if (row === undefined) return undefined;
     const reserved = await db.first(
-      sql<{ tokens: number | null; usd: number | null }>`SELECT sum(tokens) AS tokens, sum(usd) AS usd
-        FROM model_call_holds WHERE budget_id = ${id} AND ended = ${falseOf(db)} AND lease_until > ${now}`,
+      sql<{
+        tokens: number | null;
+        usd: number | null;
+      }>`SELECT sum(coalesce(budget_tokens, tokens)) AS tokens, sum(usd) AS usd FROM model_call_holds WHERE budget_id = ${id} AND ended = ${falseOf(db)} AND lease_until > ${now}`,
     );
     return {
       id,
@@ -422,6 +469,29 @@ export async function addSpent(
     sql`UPDATE model_budgets SET spent_tokens = spent_tokens + ${Math.round(spent.tokens)},
       spent_usd = spent_usd + ${spent.usd}, updated_at = ${tx.now()} WHERE budget_id = ${budgetId}`,
   );
+}
+
+/**
+ * Charges the holds `where` picks, not ended yet, what they promised (their worst case), and ends them: calls let
+ * go to the provider whose cost is not known. Ended, they count once; a later end of the same hold counts nothing.
+ */
+async function chargeHolds(tx: Sql, where: RawBuilder<unknown>): Promise<void> {
+  const charged = await tx.rows(
+    sql<{
+      budget_id: string | null;
+      tokens: number;
+      usd: number;
+    }>`UPDATE model_call_holds SET ended = ${trueOf(tx)} WHERE ${where} AND ended = ${falseOf(tx)}
+      RETURNING budget_id, coalesce(budget_tokens, tokens) AS tokens, usd`,
+  );
+  for (const hold of charged)
+    if (hold.budget_id !== null)
+      await addSpent(tx, hold.budget_id, { tokens: Number(hold.tokens), usd: Number(hold.usd) });
+}
+
+/** A budget's holds of calls sent whose leases lapsed unended (their workers died): charged as spent. */
+async function chargeLapsed(tx: Sql, budgetId: string, now: number): Promise<void> {
+  await chargeHolds(tx, sql`budget_id = ${budgetId} AND sent_at IS NOT NULL AND lease_until <= ${now}`);
 }
 
 /** A turn this far past when its call comes for it is given up: the call queues again. */

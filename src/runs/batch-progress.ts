@@ -1,11 +1,14 @@
 import { MultiBar, Presets } from 'cli-progress';
 import type { BatchFailure, BatchProgress, BulkProgress } from '../contract/batch';
+import { raiseCommandOf } from '../model/pacing-status';
 
 /** Where progress goes: a stream that may be a terminal, and the line printer everything else uses. */
 export interface ProgressOutput {
   print: (line: string) => void;
   /** The bar is drawn only when this is a terminal; otherwise a plain line every tenth of the batch. */
   stream?: NodeJS.WriteStream;
+  /** The command that raises a budget, naming the limit it has (tokens, dollars): the batch knows its own. */
+  raise?: ((budgetId: string) => string) | undefined;
 }
 
 /** One failure, one line: `FAILED <source>: <step>: <reason>`. */
@@ -79,7 +82,7 @@ export class BatchProgressDisplay {
       this.budgetShown.set(b.workflowId, b.budgetId);
       this.log(
         `WAITING FOR BUDGET ${b.source}: its next model call would pass budget ${b.budgetId}; raise it with ` +
-          `npm run budget -- raise ${b.budgetId} --usd <new total> (the run waits, then finishes)`,
+          `${(this.output.raise ?? raiseCommandOf)(b.budgetId)} (the run waits, then finishes)`,
       );
     }
     // Bulk mode's provider batches: a line each time their state changes.

@@ -22,7 +22,7 @@ import {
   reviewLines,
 } from './result-table';
 import type { ReviewSettings } from '../contract/review';
-import { describeBudget } from '../model/pacing-status';
+import { describeBudget, raiseCommand, raiseCommandOf } from '../model/pacing-status';
 import type { SqlRateLimits } from '../model/rate-limit-store';
 import type { DocumentOutcome } from './result-table';
 
@@ -181,21 +181,29 @@ async function runBatch(
       `${rerun ? ', processed again as new runs (--rerun)' : ''}` +
       `${resumed ? `; resuming it (under way since ${new Date(startedAt).toISOString()})` : ''}.`,
   );
+  // The command that raises the batch's budget names the limits it has: a dollar figure for a budget of tokens
+  // would add a limit and leave the one that binds where it is.
+  let raise: (budgetId: string) => string = raiseCommandOf;
+  if (budget !== undefined) {
+    const limits = { limitTokens: budget.tokens ?? null, limitUsd: budget.usd ?? null };
+    raise = (id) => raiseCommand({ id, ...limits, spentTokens: 0, spentUsd: 0 });
+  }
   if (budget !== undefined && options.pacing !== undefined) {
     // A budget is set once, by the batch's first call: a resubmission with other figures does not change it.
     const set = await options.pacing.budget(budget.id).catch(() => undefined);
+    if (set !== undefined) raise = (id) => raiseCommand({ ...set, id });
     const differs =
       set !== undefined &&
       ((budget.usd !== undefined && set.limitUsd !== budget.usd) ||
         (budget.tokens !== undefined && set.limitTokens !== budget.tokens));
     if (differs)
       print(
-        `${describeBudget(set)}; it was set when the batch first ran: raise it with ` +
-          `npm run budget -- raise ${budget.id} --usd <new total> (or --tokens N).`,
+        `${describeBudget(set)}; it was set when the batch first ran: raise it with ${raise(budget.id)}.`,
       );
   }
   const { progress: final, pausedOnly } = await followBatch(client, calls, handle, total, config.taskQueue, {
     print,
+    raise,
     ...(options.stream !== undefined ? { stream: options.stream } : {}),
     everyMs: options.everyMs ?? 1_000,
     perDocument: listed,
@@ -231,12 +239,12 @@ async function runBatch(
     printOutcomes(
       outcomes,
       print,
-      options.configuredModel ? { configuredModel: options.configuredModel } : {},
+      options.configuredModel ? { configuredModel: options.configuredModel, raise } : { raise },
     );
   else {
     printTally(final, rejected.length, print);
     for (const line of heldLines(held)) print(line);
-    for (const line of budgetLines(overBudget)) print(line);
+    for (const line of budgetLines(overBudget, raise)) print(line);
     for (const line of reviewLines(awaitingReview)) print(line);
   }
   for (const line of bulkLines(final.bulk)) print(line);

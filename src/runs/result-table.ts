@@ -5,6 +5,7 @@ import { registeredModelSteps } from '../steps/registry';
 import { isModelStepFields, modelStepResults, stepNameOfKey } from '../contract';
 import type { ModelInfo, ModelStepFields } from '../contract';
 import type { BulkProgress } from '../contract/batch-plain';
+import { raiseCommandOf } from '../model/pacing-status';
 import { formatCost, formatTokens, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
@@ -98,13 +99,16 @@ export function exitCodeOf(
 }
 
 /** The lines that say which documents wait for their budget and how to raise it. */
-export function budgetLines(waiting: readonly { source: string; budgetId: string }[]): string[] {
+export function budgetLines(
+  waiting: readonly { source: string; budgetId: string }[],
+  raise: (budgetId: string) => string = raiseCommandOf,
+): string[] {
   if (waiting.length === 0) return [];
   const budgets = [...new Set(waiting.map((w) => w.budgetId))];
   return [
     `${waiting.length} document(s) wait for their budget: their next model call would pass it, and nothing is ` +
       'paid past a budget. Raise it and their runs go on by themselves (npm run budget shows what is spent):',
-    ...budgets.map((id) => `BUDGET ${id}: npm run budget -- raise ${id} --usd <new total>   (or --tokens N)`),
+    ...budgets.map((id) => `BUDGET ${id}: ${raise(id)}`),
     ...waiting.map((w) => `WAITING FOR BUDGET ${w.source} (budget ${w.budgetId})`),
   ];
 }
@@ -182,10 +186,13 @@ export function printOutcomes(
   {
     columns = terminalWidth(),
     configuredModel,
+    raise,
   }: {
     columns?: number;
     /** The model this session's workers are configured with: results made earlier by another are pointed out. */
     configuredModel?: ModelInfo;
+    /** The command that raises a budget, naming its limits (the batch knows its own). */
+    raise?: ((budgetId: string) => string) | undefined;
   } = {},
 ): void {
   // The steps' own columns (each definition's `column`), in step order; the last gives way to the terminal's width.
@@ -270,6 +277,7 @@ export function printOutcomes(
     print(line);
   for (const line of budgetLines(
     outcomes.flatMap((o) => (o.budgetId !== undefined ? [{ source: o.source, budgetId: o.budgetId }] : [])),
+    raise,
   ))
     print(line);
   for (const line of reviewLines(outcomes.filter((o) => o.awaitingReview === true))) print(line);

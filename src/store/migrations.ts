@@ -387,4 +387,16 @@ export const MIGRATIONS: readonly Migration[] = [
       },
     },
   },
+  {
+    version: 10,
+    name: "a call's worst case held against its budget, and whether it was sent, so a lapsed hold is charged",
+    up: {
+      // NULL budget_tokens (rows from before): the pacing's tokens stand for it. NULL sent_at: not let go yet.
+      async memo(db) {
+        const t = TYPES[db.dialect];
+        await addColumn(db, 'model_call_holds', 'budget_tokens', t.bigint);
+        await addColumn(db, 'model_call_holds', 'sent_at', t.bigint);
+      },
+    },
+  },
 ];

@@ -121,9 +121,13 @@ export interface ModelCallHoldsTable {
   scope: string;
   budget_id: string | null;
   tokens: number;
+  /** The most the call may cost, as its budget holds it (tokens is the pacing's likelier figure); null: tokens. */
+  budget_tokens: number | null;
   usd: number;
   start_at: number;
   lease_until: number;
+  /** When the call was let go to the provider (store clock); null while it waits for its turn. */
+  sent_at: number | null;
   /** Set when the call ended and its spending was counted: a repeated end counts nothing. */
   ended: Flag;
 }
