@@ -13,7 +13,7 @@ import { documentBlock, SYSTEM, taskOf } from '../model/prompt-frame';
 import type { ModelRequest } from '../model/types';
 import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
-import { PROVIDER_FRAME_TOKENS } from './types';
+import { FRAMING_TOKENS, utf8Bytes } from '../model/worst-case';
 import type { BulkApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** How far back a lookup looks before its claim was made: clocks of the worker and the provider differ. */
@@ -39,7 +39,7 @@ export class AnthropicBulkApi implements BulkApi {
   }
 
   worstInputTokens(line: BulkLine): number {
-    return Buffer.byteLength(JSON.stringify(this.requestOf(line))) + PROVIDER_FRAME_TOKENS;
+    return utf8Bytes(JSON.stringify(this.requestOf(line))) + FRAMING_TOKENS;
   }
 
   async create(

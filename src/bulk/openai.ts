@@ -12,7 +12,7 @@ import type { ModelRequest } from '../model/types';
 import { sortedCall } from './errors';
 import { readAnswer } from './read-answer';
 import type { AnswerEnd } from './read-answer';
-import { PROVIDER_FRAME_TOKENS } from './types';
+import { FRAMING_TOKENS, utf8Bytes } from '../model/worst-case';
 import type { BulkApi, BulkLine, BulkOutcome, ProviderBatchState } from './types';
 
 /** The metadata key that marks a provider batch with the claim it was created for. */
@@ -45,7 +45,7 @@ export class OpenAiBulkApi implements BulkApi {
   }
 
   worstInputTokens(line: BulkLine): number {
-    return Buffer.byteLength(this.lineOf(line)) + PROVIDER_FRAME_TOKENS;
+    return utf8Bytes(this.lineOf(line)) + FRAMING_TOKENS;
   }
 
   async create(

@@ -94,12 +94,6 @@ export interface BulkApi {
   ): AsyncIterable<BulkOutcome>;
 }
 
-/**
- * Input tokens a provider may add around a request beyond its bytes (the chat format's, a structured answer's
- * instructions): the worst case leaves them room.
- */
-export const PROVIDER_FRAME_TOKENS = 500;
-
 /** A request's custom_id: `<step>-` and 40 hex digits of its memo key's hash (both providers take 64 of [A-Za-z0-9_-]). */
 export function customIdFor(step: string, memoKey: string): string {
   const safeStep = step.replace(/[^A-Za-z0-9_]/g, '_').slice(0, 20);
