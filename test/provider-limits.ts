@@ -367,6 +367,24 @@ export async function startLimitedProvider({
     );
   }
 
+  /** OpenAI's 429 for a request larger than the tokens-a-minute limit itself, in its own words. */
+  function tooLargeRefusal(request: ChatRequest, cost: number, now: number): Reply {
+    const model = parsedRequest(request)?.model ?? 'the model';
+    return errorReply(
+      'chat',
+      429,
+      {
+        type: 'tokens',
+        code: 'rate_limit_exceeded',
+        message:
+          `Request too large for ${model} in organization org-stand-in on tokens per min (TPM): ` +
+          `Limit ${tokens.perMinute}, Requested ${cost}. The input or output tokens must be reduced in order to ` +
+          'run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.',
+      },
+      headersFor('chat', now),
+    );
+  }
+
   function answer(request: ChatRequest): ChatReply {
     const now = clock();
     if (now < overloadedUntil) return overloaded(request.api);
@@ -389,6 +407,13 @@ export async function startLimitedProvider({
             [tokens, promptTokens - cachedTokens],
             ...(output === undefined ? [] : [[output, parsed.maxTokens ?? 0] as [Bucket, number]]),
           ];
+    // A request whose tokens pass the whole per-minute limit can never be admitted: OpenAI answers it at once with
+    // its "Request too large" 429, charging nothing.
+    const tooLarge = request.api === 'chat' && (costs[1]?.[1] ?? 0) > tokens.perMinute;
+    if (tooLarge) {
+      refusedBy.set(request, 'tokens');
+      return tooLargeRefusal(request, costs[1]?.[1] ?? 0, now);
+    }
     let refused: { bucket: Bucket; cost: number; waitMs: number } | undefined;
     for (const [bucket, cost] of costs) {
       const waitMs = bucket.waitMs(cost, now);

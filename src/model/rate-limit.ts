@@ -164,15 +164,26 @@ export function reserve(
     startAt = Math.max(startAt, tat - room / perMs);
     return perMs;
   };
+  const tokens = pacedTokens(cost, limits.tokensPerMinute);
   const requestRate = paced(limits.requestsPerMinute, state.requestsTat, 1);
-  const tokenRate = paced(limits.tokensPerMinute, state.tokensTat, cost.tokens);
+  const tokenRate = paced(limits.tokensPerMinute, state.tokensTat, tokens);
   if (limits.requestsPerMinute !== undefined)
     state.requestsTat = Math.max(state.requestsTat, startAt) + 1 / requestRate;
   if (limits.tokensPerMinute !== undefined)
-    state.tokensTat = Math.max(state.tokensTat, startAt) + cost.tokens / tokenRate;
+    state.tokensTat = Math.max(state.tokensTat, startAt) + tokens / tokenRate;
   if (state.ramp !== null && rampFactor(state, startAt) >= 1) state.ramp = null;
   state.recent = [...state.recent.filter((t) => t > now - RECENT_WINDOW_MS), startAt].slice(-RECENT_MAX);
   return { kind: 'granted', startAt, probe: unknown && state.probeUntil > now, state };
+}
+
+/**
+ * The tokens a call is paced at. One estimated above the whole tokens-a-minute limit is one a provider enforcing it
+ * refuses outright (OpenAI's "Request too large") or admits only with a full bucket: it waits for a full second's
+ * bucket but moves the queue by that second alone, so a call that fails at once does not push every call behind
+ * it a minute or more out. Where the provider takes it, its answer's count moves the queue by what it really cost.
+ */
+function pacedTokens(cost: CallCost, tokensPerMinute: number | undefined): number {
+  return tokensPerMinute !== undefined && cost.tokens > tokensPerMinute ? tokensPerMinute / 60 : cost.tokens;
 }
 
 /** The seconds' worth of a limit the provider's buckets are taken to hold (a per-minute limit held a second). */
@@ -203,13 +214,13 @@ export function admit(
     sendAt = Math.max(sendAt, tat - (capacity - Math.min(units, capacity)) / perMs);
     return perMs;
   };
+  const tokens = pacedTokens(cost, limits.tokensPerMinute);
   const requestRate = fit(limits.requestsPerMinute, state.sentRequestsTat, 1);
-  const tokenRate = fit(limits.tokensPerMinute, state.sentTokensTat, cost.tokens);
+  const tokenRate = fit(limits.tokensPerMinute, state.sentTokensTat, tokens);
   if (sendAt > now) return { kind: 'wait', waitMs: Math.ceil(sendAt - now) };
   if (requestRate !== undefined)
     state.sentRequestsTat = Math.max(state.sentRequestsTat, now) + 1 / requestRate;
-  if (tokenRate !== undefined)
-    state.sentTokensTat = Math.max(state.sentTokensTat, now) + cost.tokens / tokenRate;
+  if (tokenRate !== undefined) state.sentTokensTat = Math.max(state.sentTokensTat, now) + tokens / tokenRate;
   return { kind: 'send', state };
 }
 
