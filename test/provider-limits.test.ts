@@ -256,6 +256,22 @@ describe("the rate-limited provider's arithmetic", () => {
     assert.equal((await chat(p, { chars: 40 })).status, 200);
   });
 
+  it("counts a fixed window when told: the whole limit at once, its reset the time to the window's end", async () => {
+    const { provider: p, at } = await provider({ limits: { rpm: 3, tpm: 6000 }, fixedWindow: true });
+    at(600);
+    const first = await chat(p);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get('x-ratelimit-remaining-requests'), '2');
+    assert.equal(first.headers.get('x-ratelimit-reset-requests'), '59.4s');
+    assert.equal((await chat(p)).status, 200);
+    assert.equal((await chat(p)).status, 200);
+    const fourth = await chat(p);
+    assert.equal(fourth.status, 429);
+    assert.equal(fourth.headers.get('retry-after-ms'), '59400');
+    at(60_000);
+    assert.equal((await chat(p)).status, 200);
+  });
+
   it('settles to the real usage after the answer with refund', async () => {
     const { provider: p } = await provider({ limits: { rpm: 6000, tpm: 60_000 }, refund: true });
     const first = await chat(p, { chars: 200, maxTokens: 500 });

@@ -8,11 +8,48 @@ import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
 import { cleanupAfterAll } from './scratch';
+import { answerBody, demoContent, startModelServer } from '../demo/model-server';
 import { startLimitedProvider } from './provider-limits';
 import { summarizeRequest } from './requests';
 import { PACING_STORES, pacedCall, pacedModel } from './rate-limit-stores';
 
 const defer = cleanupAfterAll();
+
+/**
+ * A chat completions server whose every answer carries the rate-limit headers of OpenAI's own documented example
+ * (https://platform.openai.com/docs/guides/rate-limits, "Rate limits in headers"): 60 requests and 150,000 tokens a
+ * minute, 59 and 149,984 left, back in 1s and 6m0s.
+ */
+async function documentedExampleServer() {
+  const server = await startModelServer((request) => ({
+    body: answerBody(request, demoContent(request) ?? '{}', { inputTokens: 100, outputTokens: 20 }),
+    headers: {
+      'x-ratelimit-limit-requests': '60',
+      'x-ratelimit-limit-tokens': '150000',
+      'x-ratelimit-remaining-requests': '59',
+      'x-ratelimit-remaining-tokens': '149984',
+      'x-ratelimit-reset-requests': '1s',
+      'x-ratelimit-reset-tokens': '6m0s',
+    },
+  }));
+  defer(() => server.close());
+  return server;
+}
+
+/** Sends `n` small summarize calls at once through `model`; the ms each took to be answered. */
+async function smallCalls(
+  model: ReturnType<typeof pacedModel>,
+  n: number,
+  prefix: string,
+): Promise<number[]> {
+  const started = Date.now();
+  return Promise.all(
+    Array.from({ length: n }, async (_, i) => {
+      await model.ask(summarizeRequest(1), words(400), pacedCall(`${prefix}-${i}`, 60_000));
+      return Date.now() - started;
+    }),
+  );
+}
 
 const words = (chars: number): string =>
   'Rust has ownership and borrowing. '.repeat(Math.ceil(chars / 34)).slice(0, chars);
@@ -48,6 +85,24 @@ for (const store of PACING_STORES) {
       assert.ok(failedAfter < 5_000, `the big call failed after ${failedAfter} ms`);
       // The calls beside it take their own turns only (some 350 tokens each at 200 a second).
       assert.ok(Math.max(...times) < 8_000, `the small calls took ${times.join(', ')} ms`);
+    });
+
+    it("reads a fixed window's reset (59 of 60 left, back in 59.4 s) as a window, not as a minute owed", async () => {
+      const provider = await startLimitedProvider({ limits: { rpm: 60, tpm: 1_000_000 }, fixedWindow: true });
+      defer(() => provider.close());
+      const [limits] = await store.open(defer);
+      const times = await smallCalls(pacedModel(limits, provider.baseUrl), 10, 'window');
+      // 60 a minute, spread at one a second: the tenth goes some 9 s after the first.
+      assert.ok(Math.max(...times) < 20_000, `10 calls answered after ${times.join(', ')} ms`);
+      assert.equal(provider.stats().refused, 0);
+    });
+
+    it("reads OpenAI's documented example (149,984 of 150,000 tokens left, back in 6m0s) by what is left", async () => {
+      const server = await documentedExampleServer();
+      const [limits] = await store.open(defer);
+      const times = await smallCalls(pacedModel(limits, server.baseUrl), 10, 'example');
+      assert.ok(Math.max(...times) < 20_000, `10 calls answered after ${times.join(', ')} ms`);
+      assert.equal(server.requests.length, 10);
     });
   });
 }

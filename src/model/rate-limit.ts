@@ -274,14 +274,7 @@ export function settle(
   ): number | undefined => {
     if (perMinute === undefined || heard === undefined) return undefined;
     const perMs = perMinute / 60_000;
-    // The time until the provider's bucket is full again says its debt to the millisecond; what is left, in
-    // whole units, only to within one (half a second of requests at 120 a minute).
-    const owed =
-      heard.resetMs !== undefined
-        ? heard.resetMs * perMs
-        : heard.remaining !== undefined
-          ? (heard.limit ?? perMinute) - heard.remaining
-          : undefined;
+    const owed = owedOf(heard, perMinute);
     if (owed === undefined) return undefined;
     const debt = Math.max(0, owed - elapsed * perMs);
     return now + (debt + sent) / perMs;
@@ -328,6 +321,28 @@ export function settle(
     state.tokensTat += shift;
   }
   return { state, shift };
+}
+
+/**
+ * What the provider's count says this fleet owes one limit, in units of `perMinute` (the limit in force). A reset
+ * that agrees with what is left (the limit less `remaining`, within rounding) is a bucket's time until full at the
+ * rate, its debt to the millisecond; what is left, in whole units, says it only to within one. A reset further off
+ * than the count explains is a window whose whole limit comes back at once when it ends (a fixed minute: 59 of 60
+ * left, back in 59.4 s), or a figure about something longer (OpenAI's own example: 149,984 of 150,000 tokens left,
+ * back in 6m0s): what is left must then last until the reset, at most a minute off for a per-minute limit, and
+ * only what the rate would send beyond it is owed.
+ */
+function owedOf(heard: HeardLimit, perMinute: number): number | undefined {
+  const limit = heard.limit ?? perMinute;
+  const counted = heard.remaining === undefined ? undefined : Math.max(0, limit - heard.remaining);
+  if (heard.resetMs === undefined) return counted;
+  const untilReset = Math.min(heard.resetMs, 60_000);
+  const fromReset = (untilReset * limit) / 60_000;
+  if (counted === undefined || heard.remaining === undefined) return (untilReset * perMinute) / 60_000;
+  const slack = Math.max(1, limit * 0.01);
+  if (fromReset <= counted + slack && fromReset >= counted - 1 - slack)
+    return (untilReset * perMinute) / 60_000;
+  return (Math.max(0, fromReset - heard.remaining) * perMinute) / limit;
 }
 
 /** Calls this fleet sent after the call being settled arrived (their turns came after its): requests and tokens. */
