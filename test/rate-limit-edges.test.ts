@@ -4,6 +4,8 @@
  * headers and 429 bodies over HTTP.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../src/contract';
@@ -12,6 +14,9 @@ import { answerBody, demoContent, startModelServer } from '../demo/model-server'
 import { startLimitedProvider } from './provider-limits';
 import { summarizeRequest } from './requests';
 import { PACING_STORES, pacedCall, pacedModel } from './rate-limit-stores';
+import { SqlRateLimits } from '../src/model/rate-limit-store';
+import { openPostgres, postgresSql } from '../src/store/sql-postgres';
+import { freshSchema } from './postgres';
 
 const defer = cleanupAfterAll();
 
@@ -106,3 +111,51 @@ for (const store of PACING_STORES) {
     });
   });
 }
+
+describe('a silent PostgreSQL session (PostgreSQL)', () => {
+  it(
+    "a worker frozen while it holds a provider's pacing row does not hold the fleet",
+    { timeout: 90_000 },
+    async () => {
+      const url = await freshSchema(defer);
+      const db = await openPostgres(url);
+      defer(() => db.end());
+      const limits = new SqlRateLimits(postgresSql(db));
+      const scope = 'openai-compatible/gpt-4o-mini at http://127.0.0.1:1';
+      const turn = (key: string) =>
+        limits.reserve(
+          { scope, holdKey: key, tokens: 100, usd: 0, workflowId: `wf-${key}`, leaseMs: 60_000 },
+          { requestsPerMinute: 6_000 },
+        );
+      assert.equal((await turn('before')).kind, 'granted');
+      const holder = spawn(
+        process.execPath,
+        ['--import', 'tsx', path.join(__dirname, 'pacing-lock-holder.ts'), url, scope],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      const exited = new Promise<void>((resolve) => holder.once('exit', () => resolve()));
+      defer(async () => {
+        holder.kill('SIGKILL');
+        await exited;
+      });
+      let said = '';
+      holder.stdout.on('data', (chunk: Buffer) => (said += chunk.toString('utf8')));
+      holder.stderr.on('data', (chunk: Buffer) => (said += chunk.toString('utf8')));
+      const deadline = Date.now() + 30_000;
+      while (!said.includes('locked')) {
+        assert.ok(
+          Date.now() < deadline && holder.exitCode === null,
+          `the holder did not lock the row: ${said}`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      // The holder is stopped, its session idle in transaction with the row locked: the next turn waits for the
+      // server to end that session, not for TCP keepalive.
+      const started = Date.now();
+      const answer = await turn('after');
+      const waited = Date.now() - started;
+      assert.equal(answer.kind, 'granted');
+      assert.ok(waited < 15_000, `the fleet's next turn waited ${waited} ms for the frozen holder`);
+    },
+  );
+});
