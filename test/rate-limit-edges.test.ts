@@ -112,6 +112,59 @@ for (const store of PACING_STORES) {
   });
 }
 
+for (const store of PACING_STORES) {
+  describe(`the climb back after an overload (${store.name})`, () => {
+    it('holds the fleet to the ramp for its 30 s, whatever turn a call queued again is given', async () => {
+      const [limits] = await store.open(defer);
+      const scope = `openai-compatible/gpt-4o-mini at http://127.0.0.1:1/${store.name}`;
+      const settings = { tokensPerMinute: 60_000 };
+      const hold = (key: string) => ({
+        scope,
+        holdKey: key,
+        tokens: 100,
+        usd: 0,
+        workflowId: `wf-${key}`,
+        leaseMs: 120_000,
+      });
+      const first = await limits.reserve(hold('first'), settings);
+      assert.equal(first.kind, 'granted');
+      if (first.kind !== 'granted') return;
+      await limits.end(
+        scope,
+        { holdKey: 'first', nonce: first.nonce },
+        { kind: 'refused', overloaded: true, retryAfterMs: 100, limits: {}, elapsedMs: 5 },
+        settings,
+      );
+      const overloadedAt = Date.now();
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      // 200 calls queue (one of them going again after the overload): at a quarter of 1,000 tokens a second,
+      // climbing back over 30 s, the last turns fall past the ramp's end.
+      const keys = Array.from({ length: 200 }, (_, i) => `call-${i}`);
+      const turns = [];
+      for (const key of keys) turns.push({ key, answer: await limits.reserve(hold(key), settings) });
+      const last = turns.at(-1)?.answer;
+      assert.ok(last?.kind === 'granted' && last.waitMs > 30_000, JSON.stringify(last));
+      // Calls sent now, their turns come or not, fit the ramp's bucket: a quarter of one second's 1,000 tokens.
+      let sent = 0;
+      for (const { key, answer } of turns.slice(0, 20)) {
+        if (answer.kind !== 'granted') continue;
+        const admitted = await limits.admit(
+          scope,
+          { holdKey: key, nonce: answer.nonce },
+          { tokens: 100 },
+          settings,
+        );
+        if (admitted.kind === 'send') sent++;
+      }
+      // The ramp's bucket now (its factor climbs from a quarter to all of it over 30 s): 10 calls at the full rate.
+      const since = (Date.now() - overloadedAt) / 1000;
+      const allowed = Math.ceil(10 * (0.25 + (0.75 * since) / 30)) + 1;
+      assert.ok(since < 15, `the test took ${since} s to queue its calls`);
+      assert.ok(sent <= allowed, `${sent} calls of 100 tokens went at once, ${since} s after the overload`);
+    });
+  });
+}
+
 describe('a silent PostgreSQL session (PostgreSQL)', () => {
   it(
     "a worker frozen while it holds a provider's pacing row does not hold the fleet",

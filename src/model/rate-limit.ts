@@ -171,7 +171,9 @@ export function reserve(
     state.requestsTat = Math.max(state.requestsTat, startAt) + 1 / requestRate;
   if (limits.tokensPerMinute !== undefined)
     state.tokensTat = Math.max(state.tokensTat, startAt) + tokens / tokenRate;
-  if (state.ramp !== null && rampFactor(state, startAt) >= 1) state.ramp = null;
+  // The ramp ends when its 30 s have passed, not when some turn falls past them: a call queued again behind many
+  // others gets a late turn, and the sends in between are still held to the ramp (admit).
+  if (state.ramp !== null && rampFactor(state, now) >= 1) state.ramp = null;
   state.recent = [...state.recent.filter((t) => t > now - RECENT_WINDOW_MS), startAt].slice(-RECENT_MAX);
   return { kind: 'granted', startAt, probe: unknown && state.probeUntil > now, state };
 }
