@@ -165,6 +165,79 @@ for (const store of PACING_STORES) {
   });
 }
 
+for (const store of PACING_STORES) {
+  describe(`a provider that announces no limits (${store.name})`, () => {
+    it('one refusal of the first call is waited out, not taken for a limit of one call a minute', async () => {
+      const provider = await startLimitedProvider({
+        limits: { rpm: 600, tpm: 600_000 },
+        limitHeaders: false,
+      });
+      defer(() => provider.close());
+      const [limits] = await store.open(defer);
+      // Someone else on the key sends a call that may answer with 50,000 tokens: it empties the tokens bucket (a
+      // second's 10,000) for some 4 s, and the fleet's first call is refused.
+      const other = await fetch(`${provider.baseUrl}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer test' },
+        body: JSON.stringify({
+          model: 'gpt-4o-mini',
+          max_tokens: 50_000,
+          messages: [{ role: 'user', content: 'Rust.' }],
+        }),
+      });
+      assert.equal(other.status, 200);
+      await other.arrayBuffer();
+      const times = await smallCalls(pacedModel(limits, provider.baseUrl), 20, 'no-headers');
+      const first = provider.stats().calls.find((c) => c.idempotencyKey !== undefined);
+      assert.equal(first?.status, 429, "the fleet's first call was refused");
+      assert.ok(Math.max(...times) < 30_000, `20 calls answered after ${times.join(', ')} ms`);
+    });
+
+    it("a rate refusals showed climbs back when they stop, and the operator's MODEL_RPM replaces it", async () => {
+      const [limits] = await store.open(defer);
+      const scope = `openai-compatible/gpt-4o-mini at http://127.0.0.1:1/no-headers-${store.name}`;
+      const hold = (key: string) => ({
+        scope,
+        holdKey: key,
+        tokens: 100,
+        usd: 0,
+        workflowId: `wf-${key}`,
+        leaseMs: 600_000,
+      });
+      // Ten calls answered without limit headers, then a refusal: the provider showed about 8 calls a minute.
+      for (let i = 0; i < 11; i++) {
+        const turn = await limits.reserve(hold(`seen-${i}`), {});
+        assert.equal(turn.kind, 'granted', JSON.stringify(turn));
+        if (turn.kind !== 'granted') return;
+        await limits.end(
+          scope,
+          { holdKey: `seen-${i}`, nonce: turn.nonce },
+          i < 10
+            ? { kind: 'answered', reservedTokens: 100, usedTokens: 100, limits: {}, elapsedMs: 5 }
+            : { kind: 'refused', overloaded: false, retryAfterMs: 100, limits: {}, elapsedMs: 5 },
+          {},
+        );
+      }
+      const waits = async (prefix: string, n: number, settings = {}) => {
+        const out: number[] = [];
+        for (let i = 0; i < n; i++) {
+          const turn = await limits.reserve(hold(`${prefix}-${i}`), settings);
+          out.push(turn.kind === 'granted' ? turn.waitMs : NaN);
+        }
+        return out;
+      };
+      const paced = await waits('paced', 30);
+      // Paced at first (8 a minute: 7.5 s apart), then faster as no refusal comes: 30 calls in well under the
+      // 225 s that 8 a minute would take.
+      assert.ok(paced[2]! > 5_000, `the refusal's rate holds at first: ${paced.join(', ')}`);
+      assert.ok(paced[29]! < 60_000, `and climbs back: ${paced.join(', ')}`);
+      // MODEL_RPM=600 replaces what the refusal showed: 10 a second, from the end of the queue.
+      const set = await waits('set', 10, { requestsPerMinute: 600 });
+      assert.ok(set[9]! - set[0]! < 2_000, `MODEL_RPM=600 lifts the learned rate: ${set.join(', ')}`);
+    });
+  });
+}
+
 describe('a silent PostgreSQL session (PostgreSQL)', () => {
   it(
     "a worker frozen while it holds a provider's pacing row does not hold the fleet",

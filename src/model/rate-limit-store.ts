@@ -11,6 +11,7 @@ import {
   freshState,
   reserve,
   settle,
+  upgradedState,
 } from './rate-limit';
 import type { CallCost, CallEnd, LimitSettings, LimitState } from './rate-limit';
 
@@ -275,7 +276,7 @@ export class SqlRateLimits {
       sql<{ n: number }>`SELECT count(*) AS n FROM model_call_holds WHERE scope = ${scope}
         AND ended = ${falseOf(this.db)} AND start_at > ${now} AND lease_until > ${now}`,
     );
-    const limits = effectiveLimits(state, settings);
+    const limits = effectiveLimits(state, settings, now);
     return {
       scope,
       limits,
@@ -438,5 +439,8 @@ function trueOf(db: Sql): boolean | number {
 /** The stored state, with defaults for what an older row lacks. */
 function stateOf(raw: unknown, now: number): LimitState {
   const parsed = raw === undefined || raw === null ? {} : jsonOf(raw);
-  return { ...freshState(now), ...(typeof parsed === 'object' && parsed !== null ? parsed : {}) };
+  return upgradedState({
+    ...freshState(now),
+    ...(typeof parsed === 'object' && parsed !== null ? parsed : {}),
+  });
 }

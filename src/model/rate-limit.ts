@@ -45,6 +45,12 @@ export interface LimitState {
   blockedUntil: number;
   /** Limits the provider announced in its headers. */
   learned: { requestsPerMinute?: number | undefined; tokensPerMinute?: number | undefined };
+  /**
+   * A provider that announces no limits refused calls: the rate they showed (a little under the calls that got
+   * through in the minute before), and when. It climbs back while no refusal comes (inferredRate); an operator's
+   * MODEL_RPM replaces it.
+   */
+  inferred?: { requestsPerMinute: number; at: number } | null;
   /** Whether the provider's answers carry limit headers: null until the first answer. */
   headersSeen: boolean | null;
   /** While nothing is known of the limits, one call at a time goes first to learn them (until this time). */
@@ -79,6 +85,15 @@ export const RAMP_MS = 30_000;
 const RAMP_START = 0.25;
 /** The wait after a refusal or an overload that named none. */
 const DEFAULT_BACKOFF_MS = 1_000;
+/** How fast a rate refusals showed climbs back while no refusal comes: it doubles this often, ... */
+const INFERRED_DOUBLING_MS = 10_000;
+/** ... and is gone after this many doublings (a minute). */
+const INFERRED_DOUBLINGS = 6;
+/**
+ * The calls of the last minute a refusal must follow to show a rate: one refusal of the first calls says the
+ * provider was busy then, not that it allows one call a minute; it is waited out (its Retry-After) and no more.
+ */
+const INFERRED_MIN_CALLS = 5;
 /** Prompt characters a token until answers say otherwise (OpenAI's rule of thumb for English; code runs fewer). */
 export const INITIAL_CHARS_PER_TOKEN = 4;
 const RECENT_WINDOW_MS = 60_000;
@@ -102,19 +117,46 @@ export function freshState(now: number): LimitState {
   };
 }
 
-/** The limits in force: the lower of the operator's and the provider's, each where known. */
+/**
+ * The limits in force at `at`: the lower of the operator's and the provider's announced ones, each where known;
+ * with neither for requests, the rate refusals showed, as it has climbed back by then.
+ */
 export function effectiveLimits(
   state: LimitState,
   settings: LimitSettings,
+  at: number,
 ): { requestsPerMinute?: number; tokensPerMinute?: number } {
   const lower = (a: number | undefined, b: number | undefined): number | undefined =>
     a === undefined ? b : b === undefined ? a : Math.min(a, b);
-  const requestsPerMinute = lower(settings.requestsPerMinute, state.learned.requestsPerMinute);
+  const requestsPerMinute =
+    lower(settings.requestsPerMinute, state.learned.requestsPerMinute) ?? inferredRate(state, at);
   const tokensPerMinute = lower(settings.tokensPerMinute, state.learned.tokensPerMinute);
   return {
     ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
     ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
   };
+}
+
+/**
+ * A rate refusals showed, as it stands at `at`: it doubles every INFERRED_DOUBLING_MS without a refusal (the fleet
+ * probes upward), and is gone after INFERRED_DOUBLINGS of them, the provider unpaced again until it refuses.
+ */
+function inferredRate(state: LimitState, at: number): number | undefined {
+  const inferred = state.inferred;
+  if (inferred === null || inferred === undefined) return undefined;
+  const climbed = Math.max(0, at - inferred.at) / INFERRED_DOUBLING_MS;
+  return climbed >= INFERRED_DOUBLINGS ? undefined : inferred.requestsPerMinute * 2 ** climbed;
+}
+
+/**
+ * A stored state as this code reads it: before `inferred`, a rate refusals showed was kept with the announced ones,
+ * for good; it is taken as inferred long ago, so it has climbed back.
+ */
+export function upgradedState(state: LimitState): LimitState {
+  if (state.inferred !== undefined || state.headersSeen !== false) return state;
+  const { requestsPerMinute, ...announced } = state.learned;
+  if (requestsPerMinute === undefined) return { ...state, inferred: null };
+  return { ...state, learned: announced, inferred: { requestsPerMinute, at: 0 } };
 }
 
 /** The fraction of the limit the fleet may use at `now`: below 1 while it climbs back after an overload. */
@@ -141,7 +183,8 @@ export function reserve(
   if (maxConcurrent !== undefined && inFlight >= maxConcurrent) {
     return { kind: 'busy', retryInMs: 250, why: 'concurrency' };
   }
-  const limits = effectiveLimits(state, settings);
+  // A rate still climbing back is taken as it will be where this turn falls, after the turns already given.
+  const limits = effectiveLimits(state, settings, Math.max(now, state.blockedUntil, state.requestsTat));
   const unknown =
     limits.requestsPerMinute === undefined &&
     limits.tokensPerMinute === undefined &&
@@ -205,7 +248,7 @@ export function admit(
   settings: LimitSettings,
 ): { kind: 'send'; state: LimitState } | { kind: 'wait'; waitMs: number } {
   const state = structuredClone(previous);
-  const limits = effectiveLimits(state, settings);
+  const limits = effectiveLimits(state, settings, now);
   const factor = rampFactor(state, now);
   let sendAt = Math.max(now, state.blockedUntil);
   const fit = (perMinute: number | undefined, tat: number, units: number): number | undefined => {
@@ -267,7 +310,7 @@ export function settle(
   state.probeUntil = 0;
   if (end.kind === 'unanswered') return { state, shift: 0 };
   learn(state, end.limits);
-  const limits = effectiveLimits(state, settings);
+  const limits = effectiveLimits(state, settings, now);
   const elapsed = Math.max(0, end.elapsedMs);
   const drained = (
     heard: HeardLimit | undefined,
@@ -309,10 +352,16 @@ export function settle(
       state.ramp = { from: now + wait, factor: RAMP_START };
     } else {
       state.refusals++;
-      // A provider that announces no limits has just shown one: pace at a little under what got through.
-      if (limits.requestsPerMinute === undefined && limits.tokensPerMinute === undefined) {
-        const lastMinute = state.recent.filter((t) => t > now - RECENT_WINDOW_MS).length;
-        state.learned.requestsPerMinute = Math.max(1, Math.floor(lastMinute * 0.8));
+      // A provider that announces no limits has just shown one: pace at a little under what got through, once
+      // enough went through to show a rate (then climbing back while no refusal comes).
+      const announced =
+        settings.requestsPerMinute ??
+        settings.tokensPerMinute ??
+        state.learned.requestsPerMinute ??
+        state.learned.tokensPerMinute;
+      const lastMinute = state.recent.filter((t) => t > now - RECENT_WINDOW_MS).length;
+      if (announced === undefined && lastMinute >= INFERRED_MIN_CALLS) {
+        state.inferred = { requestsPerMinute: Math.max(1, Math.floor(lastMinute * 0.8)), at: now };
       }
     }
   }
