@@ -238,6 +238,38 @@ for (const store of PACING_STORES) {
   });
 }
 
+for (const store of PACING_STORES) {
+  describe(`the cap on calls in flight (${store.name})`, () => {
+    it('MODEL_MAX_CONCURRENT=2 with MODEL_RPM=60 holds two hosts to 2 calls in flight', async () => {
+      const provider = await startLimitedProvider({
+        limits: { rpm: 6_000, tpm: 10_000_000 },
+        answerDelayMs: 2_500,
+      });
+      defer(() => provider.close());
+      const [a, b] = await store.open(defer);
+      const settings = { maxConcurrent: 2, requestsPerMinute: 60 };
+      const hosts = [a, b].map((limits) => pacedModel(limits, provider.baseUrl, { settings }));
+      await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          hosts[i % 2]!.ask(summarizeRequest(1), words(400), pacedCall(`cap-${i}`, 60_000)),
+        ),
+      );
+      // The most calls the provider had open at once.
+      const calls = provider.stats().calls;
+      const edges = calls.flatMap((c) => [
+        { at: c.receivedAt, d: 1 },
+        { at: c.answeredAt ?? Infinity, d: -1 },
+      ]);
+      edges.sort((x, y) => x.at - y.at || x.d - y.d);
+      let open = 0;
+      let most = 0;
+      for (const edge of edges) most = Math.max(most, (open += edge.d));
+      assert.equal(calls.length, 6);
+      assert.ok(most <= 2, `${most} calls were in flight at once`);
+    });
+  });
+}
+
 describe('a silent PostgreSQL session (PostgreSQL)', () => {
   it(
     "a worker frozen while it holds a provider's pacing row does not hold the fleet",

@@ -9,6 +9,7 @@ import {
   callsLastMinute,
   effectiveLimits,
   freshState,
+  landed,
   reserve,
   settle,
   upgradedState,
@@ -199,7 +200,7 @@ export class SqlRateLimits {
         { requests: Number(since?.requests ?? 0), tokens: Number(since?.tokens ?? 0) },
         queueStart,
       );
-      let next = settled.state;
+      let next = landed(settled.state, nonce);
       const shift = Math.round(settled.shift);
       if (shift !== 0) {
         // The turns ahead move together; a waiter reads its turn again while it waits (turn).
@@ -236,11 +237,17 @@ export class SqlRateLimits {
     return this.db.transaction(async (tx) => {
       const { state, now } = await this.lockScope(tx, scope);
       const mine = await tx.first(
-        sql<{ nonce: string }>`SELECT nonce FROM model_call_holds WHERE hold_key = ${hold.holdKey}
+        sql<{
+          nonce: string;
+          lease_until: number;
+        }>`SELECT nonce, lease_until FROM model_call_holds WHERE hold_key = ${hold.holdKey}
           AND nonce = ${hold.nonce} AND ended = ${falseOf(tx)}`,
       );
       if (mine === undefined) return { kind: 'gone' } as const;
-      const answer = admit(state, now, cost, settings);
+      const answer = admit(state, now, cost, settings, {
+        nonce: hold.nonce,
+        until: Number(mine.lease_until),
+      });
       if (answer.kind === 'wait') return answer;
       await this.writeState(tx, scope, answer.state);
       return { kind: 'send' } as const;

@@ -57,6 +57,11 @@ export interface LimitState {
   probeUntil: number;
   /** After an "overloaded" answer: the rate starts at `factor` of the limit at `from` and climbs back over RAMP_MS. */
   ramp: { from: number; factor: number } | null;
+  /**
+   * The calls of the fleet sent and not yet ended (each until its hold's lease, should its worker die): the calls
+   * in flight that MODEL_MAX_CONCURRENT caps, counted as each is sent (admit).
+   */
+  inFlight?: { nonce: string; until: number }[];
   /** Start times of the calls granted in the last minute: the calls a minute shown beside the limit. */
   recent: number[];
   /** Refusals (429) and "overloaded" answers since the scope was first used. */
@@ -231,6 +236,9 @@ function pacedTokens(cost: CallCost, tokensPerMinute: number | undefined): numbe
   return tokensPerMinute !== undefined && cost.tokens > tokensPerMinute ? tokensPerMinute / 60 : cost.tokens;
 }
 
+/** How soon a call held back by the cap on calls in flight looks again. */
+const CONCURRENCY_RETRY_MS = 250;
+
 /** The seconds' worth of a limit the provider's buckets are taken to hold (a per-minute limit held a second). */
 const GRAIN_MS = 1_000;
 
@@ -246,8 +254,14 @@ export function admit(
   now: number,
   cost: CallCost,
   settings: LimitSettings,
+  call?: { nonce: string; until: number },
 ): { kind: 'send'; state: LimitState } | { kind: 'wait'; waitMs: number } {
   const state = structuredClone(previous);
+  const inFlight = (state.inFlight ?? []).filter((c) => c.until > now && c.nonce !== call?.nonce);
+  // The cap on calls in flight is checked here, as the call is sent: turns are a plan, and calls whose turns came
+  // while others were still under way would all go at once.
+  if (settings.maxConcurrent !== undefined && inFlight.length >= settings.maxConcurrent)
+    return { kind: 'wait', waitMs: CONCURRENCY_RETRY_MS };
   const limits = effectiveLimits(state, settings, now);
   const factor = rampFactor(state, now);
   let sendAt = Math.max(now, state.blockedUntil);
@@ -266,7 +280,14 @@ export function admit(
   if (requestRate !== undefined)
     state.sentRequestsTat = Math.max(state.sentRequestsTat, now) + 1 / requestRate;
   if (tokenRate !== undefined) state.sentTokensTat = Math.max(state.sentTokensTat, now) + tokens / tokenRate;
+  state.inFlight = call === undefined ? inFlight : [...inFlight, call];
   return { kind: 'send', state };
+}
+
+/** The state with the call `nonce` no longer in flight (it ended). */
+export function landed(state: LimitState, nonce: string): LimitState {
+  if (state.inFlight === undefined) return state;
+  return { ...state, inFlight: state.inFlight.filter((c) => c.nonce !== nonce) };
 }
 
 /** A granted call that ended: with the provider's answer (paid), its refusal, or no word at all (failed, cut off). */
