@@ -12,7 +12,10 @@
  *   counts it at request time and keeps the estimate, unless `refund`). For the Messages API the token limit is
  *   Anthropic's input tokens per minute, which counts no token read from the prompt cache; output tokens per minute
  *   (`otpm`) are reserved from max_tokens and settled to the answer's own count when it is sent;
- * - every answer, 2xx or 429, carries the limit headers of its API, with the buckets' state after admission.
+ * - a chat request whose tokens pass the whole tokens-a-minute limit gets OpenAI's 429 "Request too large for … on
+ *   tokens per min (TPM): Limit N, Requested M", at once, charging nothing;
+ * - every answer, 2xx or 429, carries the limit headers of its API, with the buckets' state after admission
+ *   (`fixedWindow`: each limit counted in fixed one-minute windows instead, its reset the time to the window's end).
  *
  * Tokens are a quarter of the characters, rounded up. A prompt that shares a prefix of 1024 tokens or more with one
  * answered in the last 5 minutes has that prefix served from the cache, in steps of 128 tokens, as OpenAI caches;
