@@ -8,7 +8,9 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
+import { sql } from 'kysely';
 import { FailureType } from '../src/contract';
+import { freshState } from '../src/model/rate-limit';
 import { cleanupAfterAll } from './scratch';
 import { answerBody, demoContent, startModelServer } from '../demo/model-server';
 import { startLimitedProvider } from './provider-limits';
@@ -191,6 +193,37 @@ for (const store of PACING_STORES) {
       const first = provider.stats().calls.find((c) => c.idempotencyKey !== undefined);
       assert.equal(first?.status, 429, "the fleet's first call was refused");
       assert.ok(Math.max(...times) < 30_000, `20 calls answered after ${times.join(', ')} ms`);
+    });
+
+    it('a rate of one call a minute that older code stored from a refusal no longer holds the fleet', async () => {
+      const [limits, , db] = await store.open(defer);
+      const scope = `openai-compatible/gpt-4o-mini at http://127.0.0.1:1/stored-${store.name}`;
+      // The row as the code before kept it: the refusal's rate among the announced limits, for good.
+      const stored = { ...freshState(0), headersSeen: false, learned: { requestsPerMinute: 1 }, refusals: 1 };
+      delete (stored as { inferred?: unknown }).inferred;
+      await db.run(
+        sql`INSERT INTO model_limits (scope, state, updated_at) VALUES (${scope}, ${JSON.stringify(stored)},
+          ${db.now()})`,
+      );
+      const waits: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const turn = await limits.reserve(
+          {
+            scope,
+            holdKey: `stored-${i}`,
+            tokens: 100,
+            usd: 0,
+            workflowId: `wf-stored-${i}`,
+            leaseMs: 60_000,
+          },
+          {},
+        );
+        waits.push(turn.kind === 'granted' ? turn.waitMs : NaN);
+      }
+      assert.ok(
+        waits.every((w) => w < 1_000),
+        `the stored rate still paces: ${waits.join(', ')}`,
+      );
     });
 
     it("a rate refusals showed climbs back when they stop, and the operator's MODEL_RPM replaces it", async () => {

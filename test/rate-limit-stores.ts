@@ -13,6 +13,7 @@ import { SqlRateLimits } from '../src/model/rate-limit-store';
 import type { ModelCall } from '../src/model/types';
 import { openPostgres, postgresSql } from '../src/store/sql-postgres';
 import { openSqlite } from '../src/store/sql-sqlite';
+import type { Sql } from '../src/store/sql';
 import { silentLogger } from './helpers';
 import { freshSchema } from './postgres';
 import { scratchDir } from './scratch';
@@ -20,8 +21,8 @@ import type { Defer } from './scratch';
 
 export interface PacingStore {
   name: 'SQLite' | 'PostgreSQL';
-  /** Two handles on one fresh store, closed when the file's tests end. */
-  open(defer: Defer): Promise<[SqlRateLimits, SqlRateLimits]>;
+  /** Two handles on one fresh store, and the first one's SQL, closed when the file's tests end. */
+  open(defer: Defer): Promise<[SqlRateLimits, SqlRateLimits, Sql]>;
 }
 
 export const PACING_STORES: PacingStore[] = [
@@ -35,7 +36,7 @@ export const PACING_STORES: PacingStore[] = [
         await a.close();
         await b.close();
       });
-      return Promise.resolve([new SqlRateLimits(a), new SqlRateLimits(b)]);
+      return Promise.resolve([new SqlRateLimits(a), new SqlRateLimits(b), a]);
     },
   },
   {
@@ -48,7 +49,8 @@ export const PACING_STORES: PacingStore[] = [
         await a.end();
         await b.end();
       });
-      return [new SqlRateLimits(postgresSql(a)), new SqlRateLimits(postgresSql(b))];
+      const sqlA = postgresSql(a);
+      return [new SqlRateLimits(sqlA), new SqlRateLimits(postgresSql(b)), sqlA];
     },
   },
 ];
