@@ -235,6 +235,43 @@ describe("the rate-limited provider's arithmetic", () => {
     );
   });
 
+  it('refuses a request larger than the whole tokens-a-minute limit with "Request too large", as OpenAI does', async () => {
+    const { provider: p } = await provider({ limits: { rpm: 6000, tpm: 6000 } });
+    // 5,000 prompt tokens and 2,000 it may answer with: more than the 6,000 a minute, whatever the bucket holds.
+    const huge = await chat(p, { chars: 20_000, maxTokens: 2_000 });
+    assert.equal(huge.status, 429);
+    assert.deepEqual(huge.body, {
+      error: {
+        message:
+          'Request too large for gpt-4o-mini in organization org-stand-in on tokens per min (TPM): Limit 6000, ' +
+          'Requested 7000. The input or output tokens must be reduced in order to run successfully. Visit ' +
+          'https://platform.openai.com/account/rate-limits to learn more.',
+        type: 'tokens',
+        param: null,
+        code: 'rate_limit_exceeded',
+      },
+    });
+    // Nothing charged: the bucket is full for the next one.
+    assert.equal(huge.headers.get('x-ratelimit-remaining-tokens'), '6000');
+    assert.equal((await chat(p, { chars: 40 })).status, 200);
+  });
+
+  it("counts a fixed window when told: the whole limit at once, its reset the time to the window's end", async () => {
+    const { provider: p, at } = await provider({ limits: { rpm: 3, tpm: 6000 }, fixedWindow: true });
+    at(600);
+    const first = await chat(p);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get('x-ratelimit-remaining-requests'), '2');
+    assert.equal(first.headers.get('x-ratelimit-reset-requests'), '59.4s');
+    assert.equal((await chat(p)).status, 200);
+    assert.equal((await chat(p)).status, 200);
+    const fourth = await chat(p);
+    assert.equal(fourth.status, 429);
+    assert.equal(fourth.headers.get('retry-after-ms'), '59400');
+    at(60_000);
+    assert.equal((await chat(p)).status, 200);
+  });
+
   it('settles to the real usage after the answer with refund', async () => {
     const { provider: p } = await provider({ limits: { rpm: 6000, tpm: 60_000 }, refund: true });
     const first = await chat(p, { chars: 200, maxTokens: 500 });

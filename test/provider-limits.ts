@@ -12,7 +12,10 @@
  *   counts it at request time and keeps the estimate, unless `refund`). For the Messages API the token limit is
  *   Anthropic's input tokens per minute, which counts no token read from the prompt cache; output tokens per minute
  *   (`otpm`) are reserved from max_tokens and settled to the answer's own count when it is sent;
- * - every answer, 2xx or 429, carries the limit headers of its API, with the buckets' state after admission.
+ * - a chat request whose tokens pass the whole tokens-a-minute limit gets OpenAI's 429 "Request too large for … on
+ *   tokens per min (TPM): Limit N, Requested M", at once, charging nothing;
+ * - every answer, 2xx or 429, carries the limit headers of its API, with the buckets' state after admission
+ *   (`fixedWindow`: each limit counted in fixed one-minute windows instead, its reset the time to the window's end).
  *
  * Tokens are a quarter of the characters, rounded up. A prompt that shares a prefix of 1024 tokens or more with one
  * answered in the last 5 minutes has that prefix served from the cache, in steps of 128 tokens, as OpenAI caches;
@@ -53,6 +56,12 @@ export interface LimitedProviderOptions {
   grainSeconds?: number;
   /** Settles each answered request's tokens to its real usage (prompt and answer), instead of keeping the estimate. */
   refund?: boolean;
+  /**
+   * Counts each limit in fixed one-minute windows from the server's start instead of a refilling bucket: a window's
+   * whole limit may go at once, and its reset headers say when the window ends (59.4 s after its first call, with
+   * 59 of 60 left), not when the count would be full again at the rate.
+   */
+  fixedWindow?: boolean;
   /** Sends the x-ratelimit-* / anthropic-ratelimit-* headers; false plays a provider that sends none. */
   limitHeaders?: boolean;
   /** How long each answer takes. */
@@ -202,6 +211,63 @@ class Bucket {
   }
 }
 
+/** A limit counted in fixed one-minute windows: the whole limit each window, all of it back when the next starts. */
+class FixedWindow {
+  private used = 0;
+  private windowStart: number;
+
+  constructor(
+    private limit: number,
+    now: number,
+  ) {
+    this.windowStart = now;
+  }
+
+  get perMinute(): number {
+    return this.limit;
+  }
+
+  private roll(now: number): void {
+    if (now < this.windowStart + 60_000) return;
+    this.windowStart += Math.floor((now - this.windowStart) / 60_000) * 60_000;
+    this.used = 0;
+  }
+
+  waitMs(cost: number, now: number): number {
+    this.roll(now);
+    return this.used + Math.min(cost, this.limit) <= this.limit ? 0 : this.windowStart + 60_000 - now;
+  }
+
+  take(cost: number, now: number): void {
+    this.roll(now);
+    this.used += cost;
+  }
+
+  settle(tokens: number, now: number): void {
+    this.roll(now);
+    this.used = Math.max(0, this.used - tokens);
+  }
+
+  setLimit(limit: number, now: number): void {
+    this.roll(now);
+    this.limit = limit;
+  }
+
+  remaining(now: number): number {
+    this.roll(now);
+    return Math.max(0, this.limit - this.used);
+  }
+
+  /** Milliseconds until the window ends, when its count starts again from nothing. */
+  resetMs(now: number): number {
+    this.roll(now);
+    return this.used === 0 ? 0 : ceilMs(this.windowStart + 60_000 - now);
+  }
+}
+
+/** One limit as the stand-in enforces it. */
+type Limiter = Bucket | FixedWindow;
+
 /** A duration the way OpenAI's headers and messages write it (Go's): `120ms`, `1s`, `2.183s`, `6m0s`. */
 export function goDuration(ms: number): string {
   const whole = Math.max(0, Math.ceil(ms));
@@ -265,15 +331,18 @@ export async function startLimitedProvider({
   limits,
   grainSeconds = 1,
   refund = false,
+  fixedWindow = false,
   limitHeaders = true,
   answerDelayMs,
   clock = Date.now,
 }: LimitedProviderOptions): Promise<LimitedProvider> {
   let current: ProviderLimits = { ...limits };
   const start = clock();
-  const requests = new Bucket(limits.rpm, grainSeconds, start);
-  const tokens = new Bucket(limits.tpm, grainSeconds, start);
-  const output = limits.otpm === undefined ? undefined : new Bucket(limits.otpm, grainSeconds, start);
+  const limiter = (limit: number): Limiter =>
+    fixedWindow ? new FixedWindow(limit, start) : new Bucket(limit, grainSeconds, start);
+  const requests = limiter(limits.rpm);
+  const tokens = limiter(limits.tpm);
+  const output = limits.otpm === undefined ? undefined : limiter(limits.otpm);
   const cache = new PromptCache();
   const charges = new WeakMap<ChatRequest, Charge>();
   const refusedBy = new WeakMap<ChatRequest, ProviderCall['refusedBy']>();
@@ -312,7 +381,7 @@ export async function startLimitedProvider({
       headers[`anthropic-ratelimit-${name}-reset`] = rfc3339(now + bucket.resetMs(now));
     }
     // With no workspace limit, Anthropic's tokens-* headers are the sum of input and output.
-    const sum = (f: (b: Bucket) => number): number => tokenBuckets.reduce((total, b) => total + f(b), 0);
+    const sum = (f: (b: Limiter) => number): number => tokenBuckets.reduce((total, b) => total + f(b), 0);
     headers['anthropic-ratelimit-tokens-limit'] = String(sum((b) => b.perMinute));
     headers['anthropic-ratelimit-tokens-remaining'] = String(nearestThousand(sum((b) => b.remaining(now))));
     headers['anthropic-ratelimit-tokens-reset'] = rfc3339(
@@ -328,7 +397,7 @@ export async function startLimitedProvider({
   }
 
   /** The 429 for a request `bucket` refused, admitted in `waitMs`. */
-  function refusal(request: ChatRequest, bucket: Bucket, cost: number, waitMs: number, now: number): Reply {
+  function refusal(request: ChatRequest, bucket: Limiter, cost: number, waitMs: number, now: number): Reply {
     const model = parsedRequest(request)?.model ?? 'the model';
     const headers = headersFor(request.api, now);
     const retryAfterMs = ceilMs(waitMs);
@@ -367,6 +436,24 @@ export async function startLimitedProvider({
     );
   }
 
+  /** OpenAI's 429 for a request larger than the tokens-a-minute limit itself, in its own words. */
+  function tooLargeRefusal(request: ChatRequest, cost: number, now: number): Reply {
+    const model = parsedRequest(request)?.model ?? 'the model';
+    return errorReply(
+      'chat',
+      429,
+      {
+        type: 'tokens',
+        code: 'rate_limit_exceeded',
+        message:
+          `Request too large for ${model} in organization org-stand-in on tokens per min (TPM): ` +
+          `Limit ${tokens.perMinute}, Requested ${cost}. The input or output tokens must be reduced in order to ` +
+          'run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.',
+      },
+      headersFor('chat', now),
+    );
+  }
+
   function answer(request: ChatRequest): ChatReply {
     const now = clock();
     if (now < overloadedUntil) return overloaded(request.api);
@@ -378,7 +465,7 @@ export async function startLimitedProvider({
     const promptTokens = estimateTokens(text);
     const caches = request.api === 'chat' || JSON.stringify(request.body).includes('"cache_control"');
     const cachedTokens = caches ? cache.cachedTokens(text, now) : 0;
-    const costs: [Bucket, number][] =
+    const costs: [Limiter, number][] =
       request.api === 'chat'
         ? [
             [requests, 1],
@@ -387,9 +474,16 @@ export async function startLimitedProvider({
         : [
             [requests, 1],
             [tokens, promptTokens - cachedTokens],
-            ...(output === undefined ? [] : [[output, parsed.maxTokens ?? 0] as [Bucket, number]]),
+            ...(output === undefined ? [] : [[output, parsed.maxTokens ?? 0] as [Limiter, number]]),
           ];
-    let refused: { bucket: Bucket; cost: number; waitMs: number } | undefined;
+    // A request whose tokens pass the whole per-minute limit can never be admitted: OpenAI answers it at once with
+    // its "Request too large" 429, charging nothing.
+    const tooLarge = request.api === 'chat' && (costs[1]?.[1] ?? 0) > tokens.perMinute;
+    if (tooLarge) {
+      refusedBy.set(request, 'tokens');
+      return tooLargeRefusal(request, costs[1]?.[1] ?? 0, now);
+    }
+    let refused: { bucket: Limiter; cost: number; waitMs: number } | undefined;
     for (const [bucket, cost] of costs) {
       const waitMs = bucket.waitMs(cost, now);
       if (waitMs > 0 && (refused === undefined || waitMs > refused.waitMs))

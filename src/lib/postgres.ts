@@ -11,6 +11,18 @@ const DEFAULT_RETRY_FOR_MS = 60_000;
 /** A connection that cannot be made, a statement that runs, or an answer that does not come, this long, fails. */
 const CONNECT_TIMEOUT_MS = 5_000;
 const STATEMENT_TIMEOUT_MS = 30_000;
+/**
+ * A session left idle inside a transaction this long is ended by the server, its locks released: a worker whose
+ * connection went silent after it locked a row (a partition, a frozen host) would otherwise hold it until TCP
+ * keepalive gives up (two hours by default), every other worker's call on that row failing meanwhile. No
+ * transaction of the stores waits on anything but the database between its statements.
+ */
+const IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000;
+/**
+ * A statement waiting this long for a lock fails, as an outage (55P03), and is tried again on a fresh connection,
+ * so waiting for a silent holder is bounded by the timeout above, not by STATEMENT_TIMEOUT_MS and the retry window.
+ */
+const LOCK_TIMEOUT_MS = 3_000;
 
 /**
  * PostgreSQL for the stores of one process: a pool on DATABASE_URL whose calls survive the database failing. Every
@@ -45,6 +57,8 @@ export class Database {
       idleTimeoutMillis: 10_000,
       keepAlive: true,
       statement_timeout: STATEMENT_TIMEOUT_MS,
+      lock_timeout: LOCK_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
       query_timeout: STATEMENT_TIMEOUT_MS + 5_000,
     });
     // An idle client that loses its server emits 'error' on the pool; a checked-out one on itself, below.

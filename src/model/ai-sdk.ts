@@ -245,6 +245,19 @@ export class AiSdkModel implements DocumentModel {
         details: [NOT_BILLED],
       });
     }
+    const tooLarge = status === 429 ? tooLargeOf(body) : undefined;
+    if (tooLarge !== undefined) {
+      // Larger than the limit itself, not than what is left of it: no wait lets it through.
+      return ApplicationFailure.create({
+        type: FailureType.ModelRejected,
+        nonRetryable: true,
+        message:
+          `${this.what} refused the call as larger than its ${tooLarge.limitName} limit: the call needs ` +
+          `${tooLarge.requested}, the limit is ${tooLarge.limit} a minute, ${tooLarge.requested - tooLarge.limit} ` +
+          "over; no wait lets it through: shorten the document or lower the step's maxOutputTokens, or raise the " +
+          "account's limit",
+      });
+    }
     if (isBackPressure(status)) return busyFailure(status, headers, body, this.what);
     if (isRetryableStatus(status)) {
       return transientStatusFailure(
@@ -291,6 +304,16 @@ export class AiSdkModel implements DocumentModel {
  */
 function isBackPressure(status: number): boolean {
   return status === 429 || status === 503 || status === 529;
+}
+
+/**
+ * OpenAI's 429 for a request larger than a per-minute limit itself ("Request too large for gpt-4o in organization
+ * org-… on tokens per min (TPM): Limit 30000, Requested 36278. …"): which limit, its size and the request's.
+ */
+function tooLargeOf(body: string): { limitName: string; limit: number; requested: number } | undefined {
+  const found = /Request too large for .*? on (.+?): Limit (\d+), Requested (\d+)/.exec(body);
+  if (found === null) return undefined;
+  return { limitName: found[1] ?? 'rate', limit: Number(found[2]), requested: Number(found[3]) };
 }
 
 function busyFailure(status: number, headers: Headers, body: string, what: string): ApplicationFailure {

@@ -10,8 +10,10 @@ import {
   callsLastMinute,
   effectiveLimits,
   freshState,
+  landed,
   reserve,
   settle,
+  upgradedState,
 } from './rate-limit';
 import type { CallCost, CallEnd, LimitSettings, LimitState } from './rate-limit';
 
@@ -229,7 +231,7 @@ export class SqlRateLimits {
         { requests: Number(since?.requests ?? 0), tokens: Number(since?.tokens ?? 0) },
         queueStart,
       );
-      let next = settled.state;
+      let next = landed(settled.state, nonce);
       const shift = Math.round(settled.shift);
       if (shift !== 0) {
         // The turns ahead move together; a waiter reads its turn again while it waits (turn).
@@ -270,11 +272,17 @@ export class SqlRateLimits {
     return this.db.transaction(async (tx) => {
       const { state, now } = await this.lockScope(tx, scope);
       const mine = await tx.first(
-        sql<{ nonce: string }>`SELECT nonce FROM model_call_holds WHERE hold_key = ${hold.holdKey}
+        sql<{
+          nonce: string;
+          lease_until: number;
+        }>`SELECT nonce, lease_until FROM model_call_holds WHERE hold_key = ${hold.holdKey}
           AND nonce = ${hold.nonce} AND ended = ${falseOf(tx)}`,
       );
       if (mine === undefined) return { kind: 'gone' } as const;
-      const answer = admit(state, now, cost, settings);
+      const answer = admit(state, now, cost, settings, {
+        nonce: hold.nonce,
+        until: Number(mine.lease_until),
+      });
       if (answer.kind === 'wait') return answer;
       // From here the provider may bill it: a hold that lapses unended is charged (chargeHolds).
       await tx.run(
@@ -315,7 +323,7 @@ export class SqlRateLimits {
       sql<{ n: number }>`SELECT count(*) AS n FROM model_call_holds WHERE scope = ${scope}
         AND ended = ${falseOf(this.db)} AND start_at > ${now} AND lease_until > ${now}`,
     );
-    const limits = effectiveLimits(state, settings);
+    const limits = effectiveLimits(state, settings, now);
     return {
       scope,
       limits,
@@ -508,5 +516,8 @@ function trueOf(db: Sql): boolean | number {
 /** The stored state, with defaults for what an older row lacks. */
 function stateOf(raw: unknown, now: number): LimitState {
   const parsed = raw === undefined || raw === null ? {} : jsonOf(raw);
-  return { ...freshState(now), ...(typeof parsed === 'object' && parsed !== null ? parsed : {}) };
+  return upgradedState({
+    ...freshState(now),
+    ...(typeof parsed === 'object' && parsed !== null ? parsed : {}),
+  });
 }

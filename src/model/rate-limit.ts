@@ -45,12 +45,23 @@ export interface LimitState {
   blockedUntil: number;
   /** Limits the provider announced in its headers. */
   learned: { requestsPerMinute?: number | undefined; tokensPerMinute?: number | undefined };
+  /**
+   * A provider that announces no limits refused calls: the rate they showed (a little under the calls that got
+   * through in the minute before), and when. It climbs back while no refusal comes (inferredRate); an operator's
+   * MODEL_RPM replaces it.
+   */
+  inferred?: { requestsPerMinute: number; at: number } | null;
   /** Whether the provider's answers carry limit headers: null until the first answer. */
   headersSeen: boolean | null;
   /** While nothing is known of the limits, one call at a time goes first to learn them (until this time). */
   probeUntil: number;
   /** After an "overloaded" answer: the rate starts at `factor` of the limit at `from` and climbs back over RAMP_MS. */
   ramp: { from: number; factor: number } | null;
+  /**
+   * The calls of the fleet sent and not yet ended (each until its hold's lease, should its worker die): the calls
+   * in flight that MODEL_MAX_CONCURRENT caps, counted as each is sent (admit).
+   */
+  inFlight?: { nonce: string; until: number }[];
   /** Start times of the calls granted in the last minute: the calls a minute shown beside the limit. */
   recent: number[];
   /** Refusals (429) and "overloaded" answers since the scope was first used. */
@@ -79,6 +90,15 @@ export const RAMP_MS = 30_000;
 const RAMP_START = 0.25;
 /** The wait after a refusal or an overload that named none. */
 const DEFAULT_BACKOFF_MS = 1_000;
+/** How fast a rate refusals showed climbs back while no refusal comes: it doubles this often, ... */
+const INFERRED_DOUBLING_MS = 10_000;
+/** ... and is gone after this many doublings (a minute). */
+const INFERRED_DOUBLINGS = 6;
+/**
+ * The calls of the last minute a refusal must follow to show a rate: one refusal of the first calls says the
+ * provider was busy then, not that it allows one call a minute; it is waited out (its Retry-After) and no more.
+ */
+const INFERRED_MIN_CALLS = 5;
 /** Prompt characters a token until answers say otherwise (OpenAI's rule of thumb for English; code runs fewer). */
 export const INITIAL_CHARS_PER_TOKEN = 4;
 const RECENT_WINDOW_MS = 60_000;
@@ -102,19 +122,46 @@ export function freshState(now: number): LimitState {
   };
 }
 
-/** The limits in force: the lower of the operator's and the provider's, each where known. */
+/**
+ * The limits in force at `at`: the lower of the operator's and the provider's announced ones, each where known;
+ * with neither for requests, the rate refusals showed, as it has climbed back by then.
+ */
 export function effectiveLimits(
   state: LimitState,
   settings: LimitSettings,
+  at: number,
 ): { requestsPerMinute?: number; tokensPerMinute?: number } {
   const lower = (a: number | undefined, b: number | undefined): number | undefined =>
     a === undefined ? b : b === undefined ? a : Math.min(a, b);
-  const requestsPerMinute = lower(settings.requestsPerMinute, state.learned.requestsPerMinute);
+  const requestsPerMinute =
+    lower(settings.requestsPerMinute, state.learned.requestsPerMinute) ?? inferredRate(state, at);
   const tokensPerMinute = lower(settings.tokensPerMinute, state.learned.tokensPerMinute);
   return {
     ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
     ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
   };
+}
+
+/**
+ * A rate refusals showed, as it stands at `at`: it doubles every INFERRED_DOUBLING_MS without a refusal (the fleet
+ * probes upward), and is gone after INFERRED_DOUBLINGS of them, the provider unpaced again until it refuses.
+ */
+function inferredRate(state: LimitState, at: number): number | undefined {
+  const inferred = state.inferred;
+  if (inferred === null || inferred === undefined) return undefined;
+  const climbed = Math.max(0, at - inferred.at) / INFERRED_DOUBLING_MS;
+  return climbed >= INFERRED_DOUBLINGS ? undefined : inferred.requestsPerMinute * 2 ** climbed;
+}
+
+/**
+ * A stored state as this code reads it: before `inferred`, a rate refusals showed was kept with the announced ones,
+ * for good; it is taken as inferred long ago, so it has climbed back.
+ */
+export function upgradedState(state: LimitState): LimitState {
+  if (state.inferred !== undefined || state.headersSeen !== false) return state;
+  const { requestsPerMinute, ...announced } = state.learned;
+  if (requestsPerMinute === undefined) return { ...state, inferred: null };
+  return { ...state, learned: announced, inferred: { requestsPerMinute, at: 0 } };
 }
 
 /** The fraction of the limit the fleet may use at `now`: below 1 while it climbs back after an overload. */
@@ -141,7 +188,8 @@ export function reserve(
   if (maxConcurrent !== undefined && inFlight >= maxConcurrent) {
     return { kind: 'busy', retryInMs: 250, why: 'concurrency' };
   }
-  const limits = effectiveLimits(state, settings);
+  // A rate still climbing back is taken as it will be where this turn falls, after the turns already given.
+  const limits = effectiveLimits(state, settings, Math.max(now, state.blockedUntil, state.requestsTat));
   const unknown =
     limits.requestsPerMinute === undefined &&
     limits.tokensPerMinute === undefined &&
@@ -164,16 +212,32 @@ export function reserve(
     startAt = Math.max(startAt, tat - room / perMs);
     return perMs;
   };
+  const tokens = pacedTokens(cost, limits.tokensPerMinute);
   const requestRate = paced(limits.requestsPerMinute, state.requestsTat, 1);
-  const tokenRate = paced(limits.tokensPerMinute, state.tokensTat, cost.tokens);
+  const tokenRate = paced(limits.tokensPerMinute, state.tokensTat, tokens);
   if (limits.requestsPerMinute !== undefined)
     state.requestsTat = Math.max(state.requestsTat, startAt) + 1 / requestRate;
   if (limits.tokensPerMinute !== undefined)
-    state.tokensTat = Math.max(state.tokensTat, startAt) + cost.tokens / tokenRate;
-  if (state.ramp !== null && rampFactor(state, startAt) >= 1) state.ramp = null;
+    state.tokensTat = Math.max(state.tokensTat, startAt) + tokens / tokenRate;
+  // The ramp ends when its 30 s have passed, not when some turn falls past them: a call queued again behind many
+  // others gets a late turn, and the sends in between are still held to the ramp (admit).
+  if (state.ramp !== null && rampFactor(state, now) >= 1) state.ramp = null;
   state.recent = [...state.recent.filter((t) => t > now - RECENT_WINDOW_MS), startAt].slice(-RECENT_MAX);
   return { kind: 'granted', startAt, probe: unknown && state.probeUntil > now, state };
 }
+
+/**
+ * The tokens a call is paced at. One estimated above the whole tokens-a-minute limit is one a provider enforcing it
+ * refuses outright (OpenAI's "Request too large") or admits only with a full bucket: it waits for a full second's
+ * bucket but moves the queue by that second alone, so a call that fails at once does not push every call behind
+ * it a minute or more out. Where the provider takes it, its answer's count moves the queue by what it really cost.
+ */
+function pacedTokens(cost: CallCost, tokensPerMinute: number | undefined): number {
+  return tokensPerMinute !== undefined && cost.tokens > tokensPerMinute ? tokensPerMinute / 60 : cost.tokens;
+}
+
+/** How soon a call held back by the cap on calls in flight looks again. */
+const CONCURRENCY_RETRY_MS = 250;
 
 /** The seconds' worth of a limit the provider's buckets are taken to hold (a per-minute limit held a second). */
 const GRAIN_MS = 1_000;
@@ -190,9 +254,15 @@ export function admit(
   now: number,
   cost: CallCost,
   settings: LimitSettings,
+  call?: { nonce: string; until: number },
 ): { kind: 'send'; state: LimitState } | { kind: 'wait'; waitMs: number } {
   const state = structuredClone(previous);
-  const limits = effectiveLimits(state, settings);
+  const inFlight = (state.inFlight ?? []).filter((c) => c.until > now && c.nonce !== call?.nonce);
+  // The cap on calls in flight is checked here, as the call is sent: turns are a plan, and calls whose turns came
+  // while others were still under way would all go at once.
+  if (settings.maxConcurrent !== undefined && inFlight.length >= settings.maxConcurrent)
+    return { kind: 'wait', waitMs: CONCURRENCY_RETRY_MS };
+  const limits = effectiveLimits(state, settings, now);
   const factor = rampFactor(state, now);
   let sendAt = Math.max(now, state.blockedUntil);
   const fit = (perMinute: number | undefined, tat: number, units: number): number | undefined => {
@@ -203,14 +273,21 @@ export function admit(
     sendAt = Math.max(sendAt, tat - (capacity - Math.min(units, capacity)) / perMs);
     return perMs;
   };
+  const tokens = pacedTokens(cost, limits.tokensPerMinute);
   const requestRate = fit(limits.requestsPerMinute, state.sentRequestsTat, 1);
-  const tokenRate = fit(limits.tokensPerMinute, state.sentTokensTat, cost.tokens);
+  const tokenRate = fit(limits.tokensPerMinute, state.sentTokensTat, tokens);
   if (sendAt > now) return { kind: 'wait', waitMs: Math.ceil(sendAt - now) };
   if (requestRate !== undefined)
     state.sentRequestsTat = Math.max(state.sentRequestsTat, now) + 1 / requestRate;
-  if (tokenRate !== undefined)
-    state.sentTokensTat = Math.max(state.sentTokensTat, now) + cost.tokens / tokenRate;
+  if (tokenRate !== undefined) state.sentTokensTat = Math.max(state.sentTokensTat, now) + tokens / tokenRate;
+  state.inFlight = call === undefined ? inFlight : [...inFlight, call];
   return { kind: 'send', state };
+}
+
+/** The state with the call `nonce` no longer in flight (it ended). */
+export function landed(state: LimitState, nonce: string): LimitState {
+  if (state.inFlight === undefined) return state;
+  return { ...state, inFlight: state.inFlight.filter((c) => c.nonce !== nonce) };
 }
 
 /** A granted call that ended: with the provider's answer (paid), its refusal, or no word at all (failed, cut off). */
@@ -254,7 +331,7 @@ export function settle(
   state.probeUntil = 0;
   if (end.kind === 'unanswered') return { state, shift: 0 };
   learn(state, end.limits);
-  const limits = effectiveLimits(state, settings);
+  const limits = effectiveLimits(state, settings, now);
   const elapsed = Math.max(0, end.elapsedMs);
   const drained = (
     heard: HeardLimit | undefined,
@@ -263,14 +340,7 @@ export function settle(
   ): number | undefined => {
     if (perMinute === undefined || heard === undefined) return undefined;
     const perMs = perMinute / 60_000;
-    // The time until the provider's bucket is full again says its debt to the millisecond; what is left, in
-    // whole units, only to within one (half a second of requests at 120 a minute).
-    const owed =
-      heard.resetMs !== undefined
-        ? heard.resetMs * perMs
-        : heard.remaining !== undefined
-          ? (heard.limit ?? perMinute) - heard.remaining
-          : undefined;
+    const owed = owedOf(heard, perMinute);
     if (owed === undefined) return undefined;
     const debt = Math.max(0, owed - elapsed * perMs);
     return now + (debt + sent) / perMs;
@@ -303,10 +373,16 @@ export function settle(
       state.ramp = { from: now + wait, factor: RAMP_START };
     } else {
       state.refusals++;
-      // A provider that announces no limits has just shown one: pace at a little under what got through.
-      if (limits.requestsPerMinute === undefined && limits.tokensPerMinute === undefined) {
-        const lastMinute = state.recent.filter((t) => t > now - RECENT_WINDOW_MS).length;
-        state.learned.requestsPerMinute = Math.max(1, Math.floor(lastMinute * 0.8));
+      // A provider that announces no limits has just shown one: pace at a little under what got through, once
+      // enough went through to show a rate (then climbing back while no refusal comes).
+      const announced =
+        settings.requestsPerMinute ??
+        settings.tokensPerMinute ??
+        state.learned.requestsPerMinute ??
+        state.learned.tokensPerMinute;
+      const lastMinute = state.recent.filter((t) => t > now - RECENT_WINDOW_MS).length;
+      if (announced === undefined && lastMinute >= INFERRED_MIN_CALLS) {
+        state.inferred = { requestsPerMinute: Math.max(1, Math.floor(lastMinute * 0.8)), at: now };
       }
     }
   }
@@ -317,6 +393,28 @@ export function settle(
     state.tokensTat += shift;
   }
   return { state, shift };
+}
+
+/**
+ * What the provider's count says this fleet owes one limit, in units of `perMinute` (the limit in force). A reset
+ * that agrees with what is left (the limit less `remaining`, within rounding) is a bucket's time until full at the
+ * rate, its debt to the millisecond; what is left, in whole units, says it only to within one. A reset further off
+ * than the count explains is a window whose whole limit comes back at once when it ends (a fixed minute: 59 of 60
+ * left, back in 59.4 s), or a figure about something longer (OpenAI's own example: 149,984 of 150,000 tokens left,
+ * back in 6m0s): what is left must then last until the reset, at most a minute off for a per-minute limit, and
+ * only what the rate would send beyond it is owed.
+ */
+function owedOf(heard: HeardLimit, perMinute: number): number | undefined {
+  const limit = heard.limit ?? perMinute;
+  const counted = heard.remaining === undefined ? undefined : Math.max(0, limit - heard.remaining);
+  if (heard.resetMs === undefined) return counted;
+  const untilReset = Math.min(heard.resetMs, 60_000);
+  const fromReset = (untilReset * limit) / 60_000;
+  if (counted === undefined || heard.remaining === undefined) return (untilReset * perMinute) / 60_000;
+  const slack = Math.max(1, limit * 0.01);
+  if (fromReset <= counted + slack && fromReset >= counted - 1 - slack)
+    return (untilReset * perMinute) / 60_000;
+  return (Math.max(0, fromReset - heard.remaining) * perMinute) / limit;
 }
 
 /** Calls this fleet sent after the call being settled arrived (their turns came after its): requests and tokens. */
