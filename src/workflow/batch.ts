@@ -5,7 +5,6 @@ import {
   patched,
   startChild,
   proxyActivities,
-  proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -34,7 +33,7 @@ import { DOCUMENT_WORKFLOW, FailureType, INPUT_SCHEMA_VERSION, workflowIdFor } f
 import type { StepName } from '../contract/plain';
 import { newBulkProgress, runBulkPhase } from './bulk';
 import type { BulkProgress } from '../contract/batch-plain';
-import { asRunsOwnCheck } from './checks';
+import { checkedBatchInput } from './checks';
 import {
   batchProgressQuery,
   budgetWaitSignal,
@@ -54,12 +53,6 @@ const { awaitRun } = proxyActivities<KitActivities>({
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 
-/** The worker checks the input, as for a document's run (./document.ts): no schemas built in the sandbox. */
-const { checkBatchInput } = proxyLocalActivities<KitActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
-});
-
 /** How many times a document is looked at again when other submissions keep changing its runs meanwhile. */
 const ROUNDS = 3;
 
@@ -76,7 +69,7 @@ const ROUNDS = 3;
  * ABANDONed when the batch closes: a document's run is its own checkpoint and outlives the batch that started it.
  */
 export async function batch(rawInput: unknown): Promise<BatchProgress> {
-  const input = await asRunsOwnCheck(checkBatchInput(rawInput));
+  const input = await checkedBatchInput(rawInput);
   return new BatchRun(input).run();
 }
 
