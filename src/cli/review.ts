@@ -10,7 +10,7 @@ import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
 import { describeOutcome } from '../contract/review';
 import type { ReviewDecision } from '../contract/review';
-import { awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
+import { awaitingReview, decide, reviewedWorkflowId, ServerUnavailableError } from '../runs/review-queue';
 import { connectClient } from '../temporal/connection';
 
 const USAGE = [
@@ -57,7 +57,12 @@ async function run(): Promise<void> {
     if (decision === undefined) {
       const queue = await awaitingReview(client);
       const unanswered = queue.unanswered ?? [];
-      if (queue.length === 0 && unanswered.length === 0) console.log('Nothing awaits review.');
+      const failed = queue.failed ?? [];
+      if (queue.length === 0 && unanswered.length === 0 && failed.length === 0)
+        console.log('Nothing awaits review.');
+      for (const { workflowId, error } of failed)
+        console.error(`${workflowId} awaits review, but its draft could not be read: ${error}`);
+      if (failed.length > 0) process.exitCode = 1;
       if (unanswered.length > 0)
         console.log(
           `${unanswered.length} run(s) await review, but no worker answered for their drafts: start one ` +
@@ -87,6 +92,9 @@ async function run(): Promise<void> {
       }
     }
     if (refused > 0) process.exitCode = 1;
+  } catch (err) {
+    if (err instanceof ServerUnavailableError) throw new UserFacingError(err.message);
+    throw err;
   } finally {
     await close();
   }

@@ -6,7 +6,7 @@ import { closeServer, isLoopbackHost, readBody } from '../lib/loopback';
 import { formatCost } from '../model/pricing';
 import { describeOutcome } from '../contract/review';
 import type { ReviewDecision } from '../contract/review';
-import { awaitingReview, decide } from './review-queue';
+import { awaitingReview, decide, ServerUnavailableError } from './review-queue';
 
 export interface ReviewPageOptions {
   host?: string;
@@ -47,7 +47,10 @@ export async function startReviewPage(
   let origin = '';
   const server = http.createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) send(res, 500, page('Error', `<p>${escapeHtml(String(err))}</p>`));
+      if (res.headersSent) return;
+      if (err instanceof ServerUnavailableError)
+        send(res, 503, page('Temporal server down', `<p>${escapeHtml(err.message)}</p>`));
+      else send(res, 500, page('Error', `<p>${escapeHtml(String(err))}</p>`));
     });
   });
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -134,16 +137,24 @@ export async function startReviewPage(
     );
     const note = said === undefined ? '' : `<p class="said">${escapeHtml(said)}</p>`;
     const unanswered = queue.unanswered ?? [];
+    const failed = queue.failed ?? [];
     const waiting =
-      unanswered.length === 0
+      (unanswered.length === 0
         ? ''
         : `<p class="said">${unanswered.length} more await review, but no worker answered for their drafts: ` +
-          'start one (npm run worker) and reload.</p>';
+          'start one (npm run worker) and reload.</p>') +
+      failed
+        .map(
+          ({ workflowId, error }) =>
+            `<p class="failed">${escapeHtml(workflowId)} awaits review, but its draft could not be read: ` +
+            `${escapeHtml(error)}</p>`,
+        )
+        .join('');
     const body =
       cards.length === 0 && waiting === ''
         ? '<p>Nothing awaits review.</p>'
         : `${waiting}${cards.join('\n')}`;
-    return page(`Review (${queue.length})`, `${note}\n${body}`);
+    return page(`Review (${queue.length + unanswered.length + failed.length})`, `${note}\n${body}`);
   }
 
   await new Promise<void>((resolve, reject) => {
