@@ -1,6 +1,8 @@
 import * as otel from '@opentelemetry/api';
 import {
+  allHandlersFinished,
   condition,
+  patched,
   proxySinks,
   setHandler,
   upsertSearchAttributes,
@@ -67,7 +69,15 @@ class ReviewDesk {
       .getTracer('document-pipeline')
       .startSpan('Review', { startTime: since, attributes: { onTimeout: settings.onTimeout } });
     await tell(true);
-    const decidedInTime = await condition(() => waiting.decided !== undefined, deadline - since);
+    // The wait ends once the update's handler has returned, not as soon as it set the decision: interceptors
+    // around the handler (tracing's) add awaits to it, and the timer's cancel would otherwise come before the
+    // update's completion with them and after it without, a history a worker of the other kind cannot replay.
+    // Runs recorded before wait as they did (patched() false).
+    const afterHandlers = patched('review-ends-after-its-update');
+    const decidedInTime = await condition(
+      () => waiting.decided !== undefined && (!afterHandlers || allHandlersFinished()),
+      deadline - since,
+    );
     const outcome: ReviewOutcome =
       decidedInTime && waiting.decided !== undefined
         ? waiting.decided
