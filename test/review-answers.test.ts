@@ -207,6 +207,27 @@ describe('names and servers', () => {
   });
 
   it(
+    'a server that goes down is said so by the page (503), within its deadline',
+    { timeout: 120_000 },
+    async () => {
+      const other = await devServerEnv();
+      let down = false;
+      defer(() => (down ? undefined : other.teardown()));
+      const local = await tempParts(defer);
+      const page = await startReviewPage(other.client, local.blobs, { port: 0 });
+      defer(() => page.close());
+      assert.equal((await getPage(page.url)).status, 200);
+      await other.teardown();
+      down = true;
+      const started = Date.now();
+      const shown = await getPage(page.url);
+      assert.equal(shown.status, 503, shown.body);
+      assert.match(shown.body, /The Temporal server does not answer/);
+      assert.ok(Date.now() - started < 30_000, `the page answered after ${Date.now() - started} ms`);
+    },
+  );
+
+  it(
     'a server that is down is said so by npm run review, without a stack trace',
     { timeout: 120_000 },
     async () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { ServiceError, WorkflowUpdateFailedError } from '@temporalio/client';
 import type { Client } from '@temporalio/client';
 import { reviewQuery, reviewUpdate } from '../workflow/queries';
 import type { DocumentPipeline } from '../contract';
@@ -43,7 +43,10 @@ export async function awaitingReview(client: Client, limit = 200): Promise<Revie
       return listed;
     })
     .catch((err: unknown) => {
-      throw timedOut(err) || unavailable(err) ? new ServerUnavailableError(err) : err;
+      // The list is a plain read: a call that fails (refused, reset, timed out) is the server not answering.
+      throw err instanceof ServiceError || timedOut(err) || unavailable(err)
+        ? new ServerUnavailableError(err)
+        : err;
     });
   const answers = await Promise.all(
     runs.map(({ workflowId, runId }) =>
