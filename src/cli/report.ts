@@ -8,7 +8,8 @@ import { formatReport } from '../runs/report-format';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import { withDecodedResults } from '../runs/decode-history';
 import { reviewQuery } from '../workflow/queries';
-import { describeReview } from '../contract/review';
+import { describeOutcome, describeReview } from '../contract/review';
+import type { DocumentPipeline } from '../contract';
 import { runMain } from '../lib/run-main';
 
 const USAGE =
@@ -66,12 +67,27 @@ async function run(): Promise<void> {
     const details = runDetails(history);
     const report = markSkippedOnResume(recoveryReport(history, 0, description.runId), details);
     const pending = pendingSteps(description.raw.pendingActivities);
-    for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
-    // A run with a review says where it stands (a query: a worker answers it, for open and closed runs alike).
-    const review = await Promise.race([
-      handle.query(reviewQuery).catch(() => undefined),
-      new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10_000).unref()),
-    ]);
+    // A completed run's result says how its review ended and what was published, with no worker needed.
+    const result =
+      description.status.name === 'COMPLETED'
+        ? await client.workflow
+            .getHandle<DocumentPipeline>(workflowId, description.runId)
+            .result()
+            .catch(() => undefined)
+        : undefined;
+    for (const line of formatReport(workflowId, report, details, pending, result?.review)) console.log(line);
+    if (result?.review !== undefined) {
+      console.log(`\nReview: ${describeOutcome(result.review)}`);
+      for (const [name, value] of Object.entries(result.review.edits ?? {}))
+        console.log(
+          `  published ${name} (the reviewer's edit): ${Array.isArray(value) ? value.join(', ') : String(value)}`,
+        );
+      return;
+    }
+    // An open run with a review says where it stands (a query: a worker answers it).
+    const review = await client
+      .withDeadline(Date.now() + 10_000, () => handle.query(reviewQuery))
+      .catch(() => undefined);
     if (review !== undefined) console.log(`\n${describeReview(review)}`);
   } finally {
     await close();

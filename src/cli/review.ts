@@ -10,7 +10,13 @@ import { runMain, UserFacingError } from '../lib/run-main';
 import { formatCost } from '../model/pricing';
 import { describeOutcome } from '../contract/review';
 import type { ReviewDecision } from '../contract/review';
-import { awaitingCount, awaitingReview, decide, reviewedWorkflowId } from '../runs/review-queue';
+import {
+  awaitingCount,
+  awaitingReview,
+  decide,
+  reviewedWorkflowId,
+  ServerUnavailableError,
+} from '../runs/review-queue';
 import { connectClient } from '../temporal/connection';
 
 const USAGE = [
@@ -62,12 +68,16 @@ async function run(): Promise<void> {
     if (decision === undefined) {
       const [queue, total] = await Promise.all([awaitingReview(client), awaitingCount(client)]);
       const unanswered = queue.unanswered ?? [];
-      const shown = queue.length + unanswered.length;
+      const failed = queue.failed ?? [];
+      const shown = queue.length + unanswered.length + failed.length;
       if (total !== undefined && total > shown)
         console.log(
           `Showing the ${shown} oldest of the ${total} runs awaiting review: decide these, then list again.`,
         );
-      if (queue.length === 0 && unanswered.length === 0) console.log('Nothing awaits review.');
+      if (shown === 0) console.log('Nothing awaits review.');
+      for (const { workflowId, error } of failed)
+        console.error(`${workflowId} awaits review, but its draft could not be read: ${error}`);
+      if (failed.length > 0) process.exitCode = 1;
       if (unanswered.length > 0)
         console.log(
           `${unanswered.length} run(s) await review, but no worker answered for their drafts: start one ` +
@@ -100,6 +110,9 @@ async function run(): Promise<void> {
       }
     }
     if (refused > 0) process.exitCode = 1;
+  } catch (err) {
+    if (err instanceof ServerUnavailableError) throw new UserFacingError(err.message);
+    throw err;
   } finally {
     await close();
   }

@@ -1,9 +1,9 @@
 /**
  * The contract of the workflow and its steps: each step's input and result schemas (one section per step), the
  * workflow's input and result, and the validation that turns bad input into a clear, non-retryable failure; with
- * the names and constants of src/contract/plain.ts, re-exported here. Activities and clients read it; the workflows read
- * only src/contract/plain.ts (the worker checks their inputs, see checkPipelineInput), so no run builds these schemas in
- * the sandbox. No Node builtins, no I/O.
+ * the names and constants of src/contract/plain.ts, re-exported here. Activities and clients read it; a run evaluates
+ * it only for an input that is not complete (src/workflow/checks.ts), so most runs never build these schemas in the
+ * sandbox. No Node builtins, no I/O.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';

@@ -3,7 +3,8 @@
  * their states, the workflow ID, the input's schema version. Plain values and types, no schema library: in the
  * workflow sandbox every run evaluates the modules it imports afresh, and building the zod schemas of
  * ./index.ts cost each document's first workflow task ~20 ms (npm run bench). The schemas themselves live in
- * ./index.ts, which re-exports all of this; workers check inputs and results with them.
+ * ./index.ts, which re-exports all of this; workers check results with them, and a run an input that is not
+ * complete (src/workflow/checks.ts).
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
@@ -242,8 +243,9 @@ export interface CompletePipelineInput {
 /**
  * True when `input` is already what PipelineInputSchema would return, unchanged: every field and option present,
  * valid, and nothing else. The workflow takes such an input as it is, without building a schema in the sandbox;
- * anything else (a missing option, a bad field) goes to the worker's check, which fills in defaults and words the
- * failure. Our clients always send complete inputs. test/input-check.test.ts holds this to the schema.
+ * anything else (a missing option, a bad field) goes to the schema (src/workflow/checks.ts), which fills in
+ * defaults and words the failure. Our clients always send complete inputs. test/input-check.test.ts holds this to
+ * the schema.
  */
 export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
   const fields = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'];

@@ -30,11 +30,24 @@ export interface ReviewSettings {
 /** The longest a review may be waited for: 30 days. */
 export const MAX_REVIEW_MINUTES = 30 * 24 * 60;
 
-/** What a reviewer decides: approve the draft, reject it with a reason, or edit the publication's fields. */
-export type ReviewDecision =
+/**
+ * What a reviewer decides: approve the draft, reject it with a reason, or edit the publication's fields; `sentAt`
+ * is when the reviewer sent it (epoch ms, the kit's clients set it), which the run records as the decision's time
+ * and past which, by DECISION_ANSWER_MS, the run refuses it.
+ */
+export type ReviewDecision = (
   | { action: 'approve'; reviewer: string }
   | { action: 'reject'; reviewer: string; reason: string }
-  | { action: 'edit'; reviewer: string; fields: Record<string, JsonValue> };
+  | { action: 'edit'; reviewer: string; fields: Record<string, JsonValue> }
+) & { sentAt?: number };
+
+/**
+ * How long a decision may wait for a worker to take it. A client waits a little longer (DECISION_WAIT_MS), then
+ * says that none did: a worker that starts later refuses the decision rather than apply it behind the reviewer's
+ * back.
+ */
+export const DECISION_ANSWER_MS = 15_000;
+export const DECISION_WAIT_MS = DECISION_ANSWER_MS + 5_000;
 
 /** How a review ended: by a person's decision, or by the deadline and the run's policy. */
 export const REVIEW_OUTCOMES = ['approved', 'edited', 'rejected', 'expired'] as const;
@@ -48,7 +61,10 @@ export interface ReviewOutcome {
   reason?: string;
   /** The fields the reviewer changed (an edit): what is published in place of the draft's. */
   edits?: Record<string, JsonValue>;
-  /** Workflow time (epoch ms) of the decision, and how long the draft waited for it. */
+  /**
+   * When the reviewer sent the decision (epoch ms; workflow time for a decision without `sentAt`, and for the
+   * deadline), and how long the draft waited for it.
+   */
   decidedAt: number;
   waitedMs: number;
   /** Expired only: what the run's policy did with the draft. */
@@ -105,8 +121,11 @@ export function decisionProblem(decision: unknown, fields: Record<string, JsonVa
   if (typeof reviewer !== 'string' || reviewer.trim() === '' || reviewer.length > REVIEWER_MAX)
     return `"reviewer" must name who decides (1-${REVIEWER_MAX} characters)`;
   const allowed = action === 'reject' ? ['reason'] : action === 'edit' ? ['fields'] : [];
-  const unknown = Object.keys(d).filter((k) => k !== 'action' && k !== 'reviewer' && !allowed.includes(k));
+  const known = ['action', 'reviewer', 'sentAt', ...allowed];
+  const unknown = Object.keys(d).filter((k) => !known.includes(k));
   if (unknown.length > 0) return `unknown field(s) ${unknown.map((k) => `"${k}"`).join(', ')} for ${action}`;
+  if (d.sentAt !== undefined && (typeof d.sentAt !== 'number' || !Number.isSafeInteger(d.sentAt)))
+    return '"sentAt" must be the time the decision was sent, in epoch milliseconds';
   if (action === 'reject') {
     const { reason } = d;
     if (typeof reason !== 'string' || reason.trim() === '' || reason.length > REASON_MAX)
@@ -136,8 +155,10 @@ function editProblem(edits: unknown, fields: Record<string, JsonValue>): string 
 /** The decision as the run keeps it: names trimmed, a list's items trimmed, nothing else changed. */
 export function normalizeDecision(decision: ReviewDecision): ReviewDecision {
   const reviewer = decision.reviewer.trim();
-  if (decision.action === 'approve') return { action: 'approve', reviewer };
-  if (decision.action === 'reject') return { action: 'reject', reviewer, reason: decision.reason.trim() };
+  const sent = decision.sentAt === undefined ? {} : { sentAt: decision.sentAt };
+  if (decision.action === 'approve') return { action: 'approve', reviewer, ...sent };
+  if (decision.action === 'reject')
+    return { action: 'reject', reviewer, reason: decision.reason.trim(), ...sent };
   const fields = Object.fromEntries(
     Object.entries(decision.fields).map(([name, value]) => [
       name,
@@ -148,7 +169,7 @@ export function normalizeDecision(decision: ReviewDecision): ReviewDecision {
           : value,
     ]),
   );
-  return { action: 'edit', reviewer, fields };
+  return { action: 'edit', reviewer, fields, ...sent };
 }
 
 /** One line for a decided review: `approved by ana at 2026-12-03T10:00:00.000Z`. */

@@ -77,7 +77,8 @@ export function printTally(progress: BatchProgress, rejected: number, print: (li
     tally.superseded > 0 ? ` ${tally.superseded} superseded by a newer run (not written),` : '';
   print(
     `${tally.done - tally.superseded} of ${total + rejected} document(s) published,${superseded} ` +
-      `${tally.failed + rejected} failed.`,
+      `${tally.failed + rejected} failed` +
+      (progress.started < total ? `, ${total - progress.started} not yet started.` : '.'),
   );
   const notes = [
     tally.doneEarlier > 0 ? `${tally.doneEarlier} done earlier (not run again; --rerun runs them anew)` : '',

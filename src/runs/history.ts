@@ -221,6 +221,11 @@ export interface Takeover {
   at: number | undefined;
   from: string;
   to: string;
+  /**
+   * The worker before had gone without finishing its work: a workflow task or an activity attempt of the run timed
+   * out since its last task. False for a hand-off (a worker that stopped cleanly, as npm start's does at a review).
+   */
+  lost: boolean;
 }
 
 /** A step's attempt still open on the server (from DescribeWorkflowExecution), for a run that has not ended. */
@@ -257,7 +262,10 @@ export function runDetails(history: History): RunDetails {
   let lastTaskWorker: string | undefined;
   let publication: RunDetails['publication'];
   const publishSchedules = new Set<string>();
+  let timedOutSince = false;
   for (const event of events) {
+    if (event.workflowTaskTimedOutEventAttributes || event.activityTaskTimedOutEventAttributes)
+      timedOutSince = true;
     const taskStarted = event.workflowTaskStartedEventAttributes?.identity;
     if (taskStarted) identities.add(taskStarted);
     const activityStarted = event.activityTaskStartedEventAttributes?.identity;
@@ -274,9 +282,15 @@ export function runDetails(history: History): RunDetails {
     if (taskWorker) {
       identities.add(taskWorker);
       if (lastTaskWorker !== undefined && taskWorker !== lastTaskWorker) {
-        takeovers.push({ at: optionalTsToMs(event.eventTime), from: lastTaskWorker, to: taskWorker });
+        takeovers.push({
+          at: optionalTsToMs(event.eventTime),
+          from: lastTaskWorker,
+          to: taskWorker,
+          lost: timedOutSince,
+        });
       }
       lastTaskWorker = taskWorker;
+      timedOutSince = false;
     }
   }
   return { outcome: runOutcome(events), takeovers, identities: [...identities], publication };

@@ -1,4 +1,6 @@
 import type { Usage } from '../contract';
+import { describeOutcome } from '../contract/review';
+import type { ReviewOutcome } from '../contract/review';
 import { formatCost, totalUsage } from '../model/pricing';
 import type { PendingStep, RecoveryReport, RunDetails } from './history';
 import { stepRecovery } from './step-outcome';
@@ -9,6 +11,7 @@ export function formatReport(
   report: RecoveryReport,
   details: RunDetails,
   pending: readonly PendingStep[] = [],
+  review?: ReviewOutcome,
 ): string[] {
   const time = (ms: number | undefined): string => (ms === undefined ? '?' : new Date(ms).toISOString());
   const seconds = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
@@ -27,11 +30,19 @@ export function formatReport(
   if (outcome.failure !== undefined) lines.push(`  failure: ${outcome.failure}`);
   lines.push(`Workers that touched the run: ${details.identities.join(', ') || '(none yet)'}`);
   for (const t of details.takeovers) {
-    lines.push(`Resumed: at ${time(t.at)} ${t.to} took over from ${t.from} and replayed the history`);
+    lines.push(
+      t.lost
+        ? `Resumed: at ${time(t.at)} ${t.to} took over from ${t.from}, which had gone (a task of it timed out), and replayed the history`
+        : `Handed over: at ${time(t.at)} ${t.to} went on from ${t.from} (nothing of it timed out: a clean stop, not a crash), replaying the history`,
+    );
   }
   for (const step of report.steps) {
     const open = pending.find((p) => p.step === step.step);
     lines.push('');
+    if (step.step === 'publish' && review?.outcome === 'rejected' && step.attempts === 0) {
+      lines.push(`publish: not run: the review rejected the draft (${describeOutcome(review)})`);
+      continue;
+    }
     lines.push(`${step.step}: ${step.status}; ${stepRecovery(step, open)}`);
     const attempts = open ? `${open.attempt} (in progress)` : String(step.attempts);
     lines.push(`  attempts:     ${attempts}`);

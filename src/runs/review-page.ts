@@ -18,7 +18,7 @@ import { describeOutcome, reviewPublishes, REVIEWER_MAX } from '../contract/revi
 import type { ReviewDecision, ReviewDraft, ReviewOutcome } from '../contract/review';
 import { registeredModelSteps } from '../steps/registry';
 import { fieldLimits } from '../steps/review-edits';
-import { awaitingCount, awaitingReview, decide, draftOf } from './review-queue';
+import { awaitingCount, awaitingReview, decide, draftOf, ServerUnavailableError } from './review-queue';
 
 export interface ReviewPageOptions {
   host?: string;
@@ -111,7 +111,10 @@ export async function startReviewPage(
 
   const server = http.createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) send(res, 500, page('Error', `<p>${escapeHtml(String(err))}</p>`));
+      if (res.headersSent) return;
+      if (err instanceof ServerUnavailableError)
+        send(res, 503, page('Temporal server down', `<p>${escapeHtml(err.message)}</p>`));
+      else send(res, 500, page('Error', `<p>${escapeHtml(String(err))}</p>`));
     });
   });
   // A reviewer's browser sends its headers at once; a client that trickles them, or its body, is cut off.
@@ -248,12 +251,20 @@ export async function startReviewPage(
         ? ''
         : `<p class="refused" role="alert">${escapeHtml(refused.why)} Your words are kept in the form below.</p>`);
     const unanswered = queue.unanswered ?? [];
+    const failed = queue.failed ?? [];
     const waiting =
-      unanswered.length === 0
+      (unanswered.length === 0
         ? ''
         : `<p class="refused">${unanswered.length} more await review, but no worker answered for their drafts: ` +
-          'start one (npm run worker) and reload.</p>';
-    const shown = queue.length + unanswered.length;
+          'start one (npm run worker) and reload.</p>') +
+      failed
+        .map(
+          ({ workflowId, error }) =>
+            `<p class="failed">${escapeHtml(workflowId)} awaits review, but its draft could not be read: ` +
+            `${escapeHtml(error)}</p>`,
+        )
+        .join('');
+    const shown = queue.length + unanswered.length + failed.length;
     const more =
       total !== undefined && total > shown
         ? `<p class="refused">Showing ${shown} of the ${total} runs awaiting review (at most ${limit} a page): ` +
@@ -264,7 +275,7 @@ export async function startReviewPage(
         ? '<p>Nothing awaits review.</p>'
         : `${more}${waiting}${cards.join('\n')}`;
     return page(
-      `Review (${total ?? queue.length})`,
+      `Review (${total ?? shown})`,
       `<p class="who">Deciding as <strong>${escapeHtml(who)}</strong>.</p>\n${note}\n${body}`,
     );
   }

@@ -6,15 +6,14 @@ import type { CheckedPipelineInput } from '../contract';
 import { timedSync } from '../telemetry/phases';
 
 /**
- * The workflow's input, checked by the worker rather than in the workflow sandbox (a local activity, so no round
- * trip to the server): the schemas are built once per worker process here, where in the sandbox every run would
- * build them again. Bad input fails for good with the same message the workflow gave when it parsed it itself.
+ * The local activity that checked a run's input before the run checked it itself (src/workflow/checks.ts): kept
+ * registered for runs started before that, which replay through it and may retry it.
  */
 export async function checkPipelineInput(rawInput: unknown): Promise<CheckedPipelineInput> {
   return parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
 }
 
-/** The batch workflow's input, checked by the worker for the same reason (see checkPipelineInput). */
+/** The batch's input, as checkPipelineInput checks a document's (kept for runs started before the same change). */
 export async function checkBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
   return parseOrFail(BatchInputSchema, rawInput, 'batch input');
 }

@@ -17,10 +17,17 @@ export interface TemporalEndpoint {
   secure: TemporalSettings['secure'];
 }
 
-/** The configured server, or localhost:7233 when none is named. */
-export function configuredEndpoint(config: Pick<Config, 'temporal'>): TemporalEndpoint {
+/**
+ * The configured server; when none is named, the one `npm run server` starts, on EMBEDDED_TEMPORAL_PORT
+ * (localhost:7233 by default), as its message says.
+ */
+export function configuredEndpoint(
+  config: Pick<Config, 'temporal'> & { embeddedPort?: number },
+): TemporalEndpoint {
   const { address, namespace, secure } = config.temporal;
-  return { address: address ?? DEFAULT_TEMPORAL_ADDRESS, namespace, secure };
+  const embedded =
+    config.embeddedPort === undefined ? DEFAULT_TEMPORAL_ADDRESS : `localhost:${config.embeddedPort}`;
+  return { address: address ?? embedded, namespace, secure };
 }
 
 export interface ConnectedClient {
@@ -36,7 +43,7 @@ export interface ConnectedClient {
  * writes payloads as the workers do. Every entry point connects through here; `close` ends the connection.
  */
 export async function connectClient(
-  config: Pick<Config, 'temporal' | 'payloadEncryption'>,
+  config: Pick<Config, 'temporal' | 'payloadEncryption'> & { embeddedPort?: number },
   {
     endpoint = configuredEndpoint(config),
     connectTimeout,
@@ -58,7 +65,7 @@ export async function connectClient(
 
 /** The native connection a worker polls over, to `endpoint` (the configured server by default). */
 export function connectWorker(
-  config: Pick<Config, 'temporal'>,
+  config: Pick<Config, 'temporal'> & { embeddedPort?: number },
   endpoint: TemporalEndpoint = configuredEndpoint(config),
 ): Promise<NativeConnection> {
   return NativeConnection.connect({ address: endpoint.address, ...endpoint.secure }).catch(

@@ -1,10 +1,51 @@
-import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, patched, proxyLocalActivities } from '@temporalio/workflow';
+import type { CheckedBatchInput } from '../contract/batch';
+import { FailureType, isCompletePipelineInput, refuseOtherSchemaVersions } from '../contract/plain';
+import type { CompletePipelineInput } from '../contract/plain';
+import type { KitActivities } from '../steps/activities';
+
+/**
+ * Runs recorded before the patch `input-checked-in-run` checked their input in a local activity; their histories
+ * hold its marker, so they replay through it (patched() is false on replay of a history without the patch).
+ */
+const { checkPipelineInput, checkBatchInput } = proxyLocalActivities<KitActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
+});
+
+/**
+ * The run's input, checked in the run's first activation before anything waits: deterministic code over the
+ * history's own input, so what a replay sees cannot depend on when the first task ended. A local activity did
+ * this before: when queries came while it ran, the worker ended the first task with the check's marker alone and
+ * the run's patch markers went to the second, while a replay resolves the check within the first task, where no
+ * patch is known, so patched() answered false there (TMPRL1100, test/first-task.test.ts). A complete input (what
+ * the kit's clients send) is taken as it is; anything else is held to the schema, which fills in defaults and
+ * words the failure. The schema module is evaluated only then (an eager import: no chunk, no I/O), so a complete input never
+ * builds the schemas in the sandbox.
+ */
+export async function checkedPipelineInput(rawInput: unknown): Promise<CompletePipelineInput> {
+  refuseOtherSchemaVersions(rawInput);
+  if (isCompletePipelineInput(rawInput)) return rawInput;
+  if (!patched('input-checked-in-run')) return asRunsOwnCheck(checkPipelineInput(rawInput));
+  const { parseOrFail, PipelineInputSchema } = await import(/* webpackMode: "eager" */ '../contract');
+  return parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
+}
+
+/** The batch's input, checked as a document's (checkedPipelineInput). */
+export async function checkedBatchInput(rawInput: unknown): Promise<CheckedBatchInput> {
+  if (!patched('input-checked-in-run')) return asRunsOwnCheck(checkBatchInput(rawInput));
+  const [{ parseOrFail }, { BatchInputSchema }] = await Promise.all([
+    import(/* webpackMode: "eager" */ '../contract'),
+    import(/* webpackMode: "eager" */ '../contract/batch'),
+  ]);
+  return parseOrFail(BatchInputSchema, rawInput, 'batch input');
+}
 
 /**
  * A worker-side input check (a local activity) as the run's own: its ApplicationFailure fails the run as it is, not
  * wrapped in the ActivityFailure of the activity that made it, so the run says what to fix.
  */
-export async function asRunsOwnCheck<T>(check: Promise<T>): Promise<T> {
+async function asRunsOwnCheck<T>(check: Promise<T>): Promise<T> {
   try {
     return await check;
   } catch (err) {

@@ -1,15 +1,13 @@
-import { proxyActivities, proxyLocalActivities, setHandler, workflowInfo } from '@temporalio/workflow';
+import { proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { ActivityOptions } from '@temporalio/workflow';
 import type { PipelineContinuation, StepResultsBeforePublish } from '../contract';
 import {
   FailureType,
   initialProgress,
-  isCompletePipelineInput,
   isModelStepFields,
   MODEL_STEP_FIELD_NAMES,
   modelStepResults,
   PUBLISH_STEP,
-  refuseOtherSchemaVersions,
   stepNameOfKey,
 } from '../contract/plain';
 import type {
@@ -21,9 +19,8 @@ import type {
 } from '../contract/plain';
 import { reviewPublishes } from '../contract/review';
 import type { PublishedReview, ReviewOutcome } from '../contract/review';
-import type { KitActivities } from '../steps/activities';
 import type { DocumentStepInput } from '../steps/define';
-import { asRunsOwnCheck } from './checks';
+import { checkedPipelineInput } from './checks';
 import { publishUntilSettled } from './held-publish';
 import { BatchNotices } from './notices';
 import { progressQuery, reviewWaitSignal } from './queries';
@@ -49,12 +46,6 @@ const modelStepOptions: ActivityOptions = {
     nonRetryableErrorTypes: [FailureType.PayloadRefused],
   },
 };
-
-/** The worker checks the input (a local activity: no round trip to the server, no schemas built in the sandbox). */
-const { checkPipelineInput } = proxyLocalActivities<KitActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { nonRetryableErrorTypes: [FailureType.InvalidInput, FailureType.PayloadRefused] },
-});
 
 type AnyActivity = (input: never) => Promise<unknown>;
 /** The model steps among a map of activities: those whose input is a document's. */
@@ -94,12 +85,7 @@ export async function runDocument<A extends Record<keyof A, AnyActivity>, R exte
   continuation: PipelineContinuation,
   draft: (run: DocumentRun<A>) => Promise<R>,
 ): Promise<PipelineResult<R>> {
-  refuseOtherSchemaVersions(rawInput);
-  // A complete input (what our clients send) is taken as it is; anything else is checked, with defaults filled
-  // in, by the worker.
-  const input = isCompletePipelineInput(rawInput)
-    ? rawInput
-    : await asRunsOwnCheck(checkPipelineInput(rawInput));
+  const input = await checkedPipelineInput(rawInput);
   const { documentId, title } = input;
   const progress = initialProgress(documentId);
   setHandler(progressQuery, () => progress);

@@ -1,6 +1,8 @@
 import * as otel from '@opentelemetry/api';
 import {
+  allHandlersFinished,
   condition,
+  patched,
   proxySinks,
   setHandler,
   upsertSearchAttributes,
@@ -8,7 +10,13 @@ import {
 } from '@temporalio/workflow';
 import type { Sinks } from '@temporalio/workflow';
 import { ApplicationFailure } from '@temporalio/common';
-import { decisionProblem, describeOutcome, normalizeDecision, REVIEW_STATUS } from '../contract/review';
+import {
+  DECISION_ANSWER_MS,
+  decisionProblem,
+  describeOutcome,
+  normalizeDecision,
+  REVIEW_STATUS,
+} from '../contract/review';
 import type { ReviewDecision, ReviewDraft, ReviewOutcome, ReviewSettings } from '../contract/review';
 import type { PipelineProgress } from '../contract/plain';
 import { reviewQuery, reviewUpdate } from './queries';
@@ -61,7 +69,15 @@ class ReviewDesk {
       .getTracer('document-pipeline')
       .startSpan('Review', { startTime: since, attributes: { onTimeout: settings.onTimeout } });
     await tell(true);
-    const decidedInTime = await condition(() => waiting.decided !== undefined, deadline - since);
+    // The wait ends once the update's handler has returned, not as soon as it set the decision: interceptors
+    // around the handler (tracing's) add awaits to it, and the timer's cancel would otherwise come before the
+    // update's completion with them and after it without, a history a worker of the other kind cannot replay.
+    // Runs recorded before wait as they did (patched() false).
+    const afterHandlers = patched('review-ends-after-its-update');
+    const decidedInTime = await condition(
+      () => waiting.decided !== undefined && (!afterHandlers || allHandlersFinished()),
+      deadline - since,
+    );
     const outcome: ReviewOutcome =
       decidedInTime && waiting.decided !== undefined
         ? waiting.decided
@@ -101,6 +117,12 @@ class ReviewDesk {
       refuse(`too late: the review's deadline passed at ${new Date(draft.deadline).toISOString()}`);
     const problem = decisionProblem(decision, draft.fields);
     if (problem !== undefined) refuse(`invalid decision: ${problem}`);
+    // A decision no worker took in time was answered as not taken (src/runs/review-queue.ts): never apply it now.
+    if (decision.sentAt !== undefined && Date.now() - decision.sentAt > DECISION_ANSWER_MS)
+      refuse(
+        `too late: sent at ${new Date(decision.sentAt).toISOString()}, it waited more than ` +
+          `${DECISION_ANSWER_MS / 1000} s for a worker, and its sender was told it was not taken; decide again`,
+      );
   }
 
   /** The update's handler: takes the decision the validator accepted, unless another won in the same activation. */
@@ -113,13 +135,15 @@ class ReviewDesk {
         message: `already decided: ${draft?.decided === undefined ? 'no draft' : describeOutcome(draft.decided)}`,
       });
     const taken = normalizeDecision(decision);
+    // The reviewer's time, within what the run knows: not before the draft, not after the run's now.
+    const decidedAt = Math.max(draft.awaitingSince, Math.min(taken.sentAt ?? Date.now(), Date.now()));
     const outcome: ReviewOutcome = {
       outcome: taken.action === 'approve' ? 'approved' : taken.action === 'reject' ? 'rejected' : 'edited',
       reviewer: taken.reviewer,
       ...(taken.action === 'reject' ? { reason: taken.reason } : {}),
       ...(taken.action === 'edit' ? { edits: taken.fields } : {}),
-      decidedAt: Date.now(),
-      waitedMs: Date.now() - draft.awaitingSince,
+      decidedAt,
+      waitedMs: decidedAt - draft.awaitingSince,
     };
     draft.decided = outcome;
     return outcome;
