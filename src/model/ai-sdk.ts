@@ -4,10 +4,13 @@ import {
   EmptyResponseBodyError,
   generateText,
   InvalidResponseDataError,
+  jsonSchema,
   NoObjectGeneratedError,
   Output,
+  tool,
 } from 'ai';
-import type { FinishReason, LanguageModel, LanguageModelUsage, ModelMessage, TextPart } from 'ai';
+import type { FinishReason, JSONValue, LanguageModel, LanguageModelUsage, ModelMessage, TextPart } from 'ai';
+
 import { z } from 'zod';
 import {
   describeCauses,
@@ -26,7 +29,16 @@ import { paidButRefused } from './memo-call';
 import { documentBlock, FRAMING_VERSION, MAX_INPUT_CHARS, SYSTEM, taskOf } from './prompt-frame';
 import { limitsFromHeaders } from './rate-limit';
 import type { ProviderLimits } from './rate-limit';
-import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
+import type {
+  AgentMessage,
+  AgentModel,
+  AgentReply,
+  AgentTurnRequest,
+  DocumentModel,
+  ModelAnswer,
+  ModelCall,
+  ModelRequest,
+} from './types';
 
 /**
  * A model behind a provider's API, called through the Vercel AI SDK; the provider (one file each, see
@@ -35,7 +47,7 @@ import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './type
  * are sorted for Temporal: transient ones (timeouts, resets, 408/429/5xx, cut off or malformed answers) are
  * retryable, with Retry-After honoured; the rest fail at once and say what to fix.
  */
-export class AiSdkModel implements DocumentModel {
+export class AiSdkModel implements DocumentModel, AgentModel {
   readonly info: ModelInfo;
   readonly promptVersion = FRAMING_VERSION;
   private readonly languageModel: LanguageModel;
@@ -77,6 +89,54 @@ export class AiSdkModel implements DocumentModel {
       );
       const paid = this.paid(result);
       return { value: answer.read(result.output), ...paid };
+    });
+  }
+
+  /**
+   * One turn of an agent step through the AI SDK's tool calling: the conversation as the step saved it, the
+   * step's tools declared without `execute` (the kit runs each call as an activity of its own, keyed), so the SDK
+   * stops after the model's one answer. Paced, keyed and sorted as every call.
+   */
+  async converse(request: AgentTurnRequest, call: ModelCall): Promise<ModelAnswer<AgentReply>> {
+    const sent = JSON.stringify(request.messages);
+    return this.paced(call, sent, request.maxOutputTokens, async () => {
+      const tools = Object.fromEntries(
+        request.tools.map((spec) => [
+          spec.name,
+          tool({ description: spec.description, inputSchema: jsonSchema(spec.inputSchema) }),
+        ]),
+      );
+      const result = await this.sorted(call, () =>
+        generateText({
+          model: this.languageModel,
+          system: request.system,
+          messages: request.messages.map(sdkMessage),
+          tools,
+          temperature: 0,
+          maxOutputTokens: request.maxOutputTokens,
+          maxRetries: 0,
+          abortSignal: call.signal,
+          timeout: this.requestTimeoutMs,
+          headers: { 'Idempotency-Key': call.idempotencyKey, 'x-pipeline-step': request.step },
+        }),
+      );
+      const usage = usageOf(result.totalUsage);
+      this.checkFinish(result.finishReason, result.text, usage);
+      const toolCalls = result.toolCalls.map((c) => ({
+        callId: c.toolCallId,
+        tool: c.toolName,
+        input: c.input,
+      }));
+      if (toolCalls.length === 0 && result.text.trim() === '')
+        throw paidButRefused(
+          `model ${this.settings.model} answered with neither text nor a tool call`,
+          usage,
+        );
+      return {
+        value: { text: result.text, toolCalls },
+        usage,
+        limits: limitsOf(result.response.headers),
+      };
     });
   }
 
@@ -304,6 +364,39 @@ function usageOf(usage: LanguageModelUsage | undefined): Usage {
     outputTokens: usage?.outputTokens ?? 0,
     ...(cached > 0 ? { cachedInputTokens: cached } : {}),
     ...(written > 0 ? { cacheWriteInputTokens: written } : {}),
+  };
+}
+
+/** A message of an agent's conversation as the AI SDK sends it, for every provider. */
+function sdkMessage(message: AgentMessage): ModelMessage {
+  if (message.role === 'user') return { role: 'user', content: message.text };
+  if (message.role === 'assistant') {
+    return {
+      role: 'assistant',
+      content: [
+        ...(message.text === '' ? [] : [{ type: 'text' as const, text: message.text }]),
+        ...message.toolCalls.map((c) => ({
+          type: 'tool-call' as const,
+          toolCallId: c.callId,
+          toolName: c.tool,
+          input: c.input,
+        })),
+      ],
+    };
+  }
+  return {
+    role: 'tool',
+    content: message.results.map((r) => ({
+      type: 'tool-result' as const,
+      toolCallId: r.callId,
+      toolName: r.tool,
+      output: r.isError
+        ? {
+            type: 'error-text' as const,
+            value: typeof r.output === 'string' ? r.output : JSON.stringify(r.output),
+          }
+        : { type: 'json' as const, value: r.output as JSONValue },
+    })),
   };
 }
 

@@ -1,0 +1,124 @@
+/**
+ * The agent step (docs/agent.md) on the time-skipping server: the related step's loop of turns and tool calls,
+ * with the offline model's scripted planner and the demo's cross-reference receiver over HTTP.
+ */
+import { describe, it, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { ManifestWriter } from '../src/documents/manifest';
+import type { AgentSettings } from '../src/contract';
+import { startCrossReferenceServer } from '../demo/cross-reference-server';
+import type { CrossReferenceServer } from '../demo/cross-reference-server';
+import {
+  installQuietRuntime,
+  pipelineInput,
+  SAMPLE_TEXT,
+  tempParts,
+  timeSkippingEnv,
+  withPipeline,
+} from './helpers';
+import type { LocalParts } from './helpers';
+import { cleanupAfterAll } from './scratch';
+
+let env: TestWorkflowEnvironment;
+const defer = cleanupAfterAll();
+
+before(async () => {
+  installQuietRuntime();
+  env = await timeSkippingEnv(defer);
+});
+
+const OTHERS = [
+  {
+    title: 'Checkpoints in practice',
+    text: 'Checkpoints let a restarted worker skip finished steps. Durable checkpoints matter.',
+  },
+  {
+    title: 'Idempotency keys',
+    text: 'An idempotency key makes a repeated request harmless: the receiver dedupes the key.',
+  },
+  { title: 'Sourdough', text: 'Flour, water and patience make a starter bubble.' },
+];
+
+/** The document and its batch: a manifest of it and OTHERS, as the batch workflow hands its runs. */
+async function agentInput(local: LocalParts, settings: Partial<AgentSettings> = {}) {
+  const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
+  const manifest = new ManifestWriter(local.blobs);
+  await manifest.add({
+    documentId: input.documentId,
+    textRef: input.textRef,
+    title: input.title,
+    source: 'test',
+  });
+  for (const [i, other] of OTHERS.entries())
+    await manifest.add({
+      documentId: `other-${i}-${randomUUID().slice(0, 8)}`,
+      textRef: await local.blobs.put(Buffer.from(other.text)),
+      title: other.title,
+      source: 'test',
+    });
+  const { manifestRef } = await manifest.finish();
+  assert.ok(manifestRef !== undefined);
+  const agent: AgentSettings = {
+    maxTurns: 8,
+    maxTokens: 200_000,
+    historyEvents: 2_000,
+    corpusRef: manifestRef,
+    ...settings,
+  };
+  return { ...input, agent };
+}
+
+async function receiver(): Promise<CrossReferenceServer> {
+  const server = await startCrossReferenceServer();
+  defer(() => server.close());
+  return server;
+}
+
+describe('an agent step on the time-skipping server', () => {
+  it('runs a loop of turns and tool calls to an answer, and the publication carries it', async () => {
+    const xref = await receiver();
+    const local = await tempParts(defer, { env: { AGENT_TOOL_URL: xref.url } });
+    const input = await agentInput(local);
+    const { result, runId } = await withPipeline(env, local, input, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+    }));
+    const related = result.related;
+    assert.ok(related !== undefined, 'the run has no related result');
+    assert.equal(related.agent.outcome, 'answered');
+    // search, read, read, file, answer: five turns, four tool calls.
+    assert.equal(related.agent.turns, 5);
+    assert.deepEqual(
+      related.agent.toolCalls.map((c) => [c.n, c.tool, c.outcome]),
+      [
+        [1, 'search', 'ok'],
+        [2, 'read', 'ok'],
+        [3, 'read', 'ok'],
+        [4, 'fileCrossReference', 'ok'],
+      ],
+    );
+    assert.deepEqual(
+      related.related?.map((r) => r.title),
+      ['Checkpoints in practice', 'Idempotency keys'],
+    );
+    assert.equal(related.crossReference, 'xref-1');
+    // One effect at the receiver, under the call's key <runId>:<step>:call-<n>.
+    assert.deepEqual(
+      xref.effects.map((e) => e.key),
+      [`${runId}:related:call-4`],
+    );
+    const publication = await local.store.currentPublication(input.documentId);
+    assert.ok(publication !== undefined);
+    assert.deepEqual(JSON.stringify(publication).includes('xref-1'), true, JSON.stringify(publication));
+  });
+
+  it('runs no agent when the input does not turn agent steps on', async () => {
+    const local = await tempParts(defer);
+    const input = await pipelineInput(local.blobs, SAMPLE_TEXT);
+    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    assert.equal(result.related, undefined);
+    assert.ok(result.publication !== undefined);
+  });
+});
