@@ -121,4 +121,46 @@ describe('an agent step on the time-skipping server', () => {
     assert.equal(result.related, undefined);
     assert.ok(result.publication !== undefined);
   });
+
+  it('ends at its turn limit with a clear outcome: the run publishes without the answer', async () => {
+    const xref = await receiver();
+    const local = await tempParts(defer, { env: { AGENT_TOOL_URL: xref.url } });
+    const input = await agentInput(local, { maxTurns: 2 });
+    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    assert.equal(result.related?.agent.outcome, 'turn-limit');
+    assert.equal(result.related.agent.turns, 2);
+    assert.equal(result.related.related, undefined);
+    assert.ok(result.publication !== undefined, 'the run did not publish');
+    assert.equal(xref.effects.length, 0);
+  });
+
+  it('ends at its token limit with a clear outcome', async () => {
+    const local = await tempParts(defer);
+    const input = await agentInput(local, { maxTokens: 100 });
+    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    assert.equal(result.related?.agent.outcome, 'token-limit');
+    assert.equal(result.related.agent.turns, 1);
+    assert.ok(result.publication !== undefined, 'the run did not publish');
+  });
+
+  it('continues as new past the history size it is given, and finishes with one effect', async () => {
+    const xref = await receiver();
+    const local = await tempParts(defer, { env: { AGENT_TOOL_URL: xref.url } });
+    const input = await agentInput(local, { historyEvents: 20 });
+    const { result, runId } = await withPipeline(env, local, input, async (handle) => ({
+      result: await handle.result(),
+      runId: handle.firstExecutionRunId,
+    }));
+    assert.equal(result.related?.agent.outcome, 'answered');
+    assert.ok(
+      result.related.agent.continuedAsNew >= 1,
+      `continued as new ${result.related.agent.continuedAsNew} times`,
+    );
+    assert.equal(result.related.agent.turns, 5);
+    assert.deepEqual(
+      xref.effects.map((e) => e.key),
+      [`${runId}:related:call-4`],
+    );
+    assert.equal(result.related.crossReference, 'xref-1');
+  });
 });
