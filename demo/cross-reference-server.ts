@@ -14,8 +14,11 @@ export interface CrossReferenceServer {
   requests: { key: string | undefined; body: unknown }[];
   /** Cross-references filed: one per key. */
   effects: { key: string; receipt: string; body: unknown }[];
-  /** Called as each POST arrives, before it is filed (a test kills a worker from here). */
-  onRequest?: (key: string | undefined) => void;
+  /**
+   * Called once a POST is filed, before its answer is sent: a test SIGKILLs the worker here, so the effect has
+   * happened and the worker never hears of it. The answer waits for what it returns.
+   */
+  afterEffect?: (key: string) => Promise<void> | void;
   close(): Promise<void>;
 }
 
@@ -41,7 +44,6 @@ export async function startCrossReferenceServer(): Promise<CrossReferenceServer>
         return;
       }
       state.requests.push({ key: keyOf, body });
-      state.onRequest?.(keyOf);
       if (req.method !== 'POST' || keyOf === undefined) {
         res.writeHead(400, { 'content-type': 'application/json' });
         res.end('{"error":"POST a cross-reference with an Idempotency-Key header"}');
@@ -52,6 +54,7 @@ export async function startCrossReferenceServer(): Promise<CrossReferenceServer>
       if (known === undefined) {
         filed.set(keyOf, receipt);
         state.effects.push({ key: keyOf, receipt, body });
+        await state.afterEffect?.(keyOf);
       }
       res.writeHead(known === undefined ? 201 : 200, {
         'content-type': 'application/json',
