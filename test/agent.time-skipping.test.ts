@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ManifestWriter } from '../src/documents/manifest';
+import { formatCost, formatTokens } from '../src/model/pricing';
+import { agentLines } from '../src/runs/agent-lines';
 import type { AgentSettings } from '../src/contract';
 import { startCrossReferenceServer } from '../demo/cross-reference-server';
 import type { CrossReferenceServer } from '../demo/cross-reference-server';
@@ -104,6 +106,11 @@ describe('an agent step on the time-skipping server', () => {
       ['Checkpoints in practice', 'Idempotency keys'],
     );
     assert.equal(related.crossReference, 'xref-1');
+    // What the result table and npm run report print of the loop.
+    assert.deepEqual(agentLines(result), [
+      `related: answered in 5 turn(s) (0 from the memo), 4 tool call(s) (1 search ok, 2 read ok, 3 read ok, ` +
+        `4 fileCrossReference ok), ${formatTokens(related.usage)}, ${formatCost(related.estimatedCostUsd)}`,
+    ]);
     // One effect at the receiver, under the call's key <runId>:<step>:call-<n>.
     assert.deepEqual(
       xref.effects.map((e) => e.key),

@@ -79,9 +79,4 @@ export const related = defineAgentStep({
   }),
   maxOutputTokens: 400,
   plan: (messages) => planRelated(messages),
-  column: {
-    header: 'Related',
-    cell: (result) =>
-      (result.related ?? []).map((r) => r.documentId).join(', ') || `(${result.agent.outcome})`,
-  },
 });

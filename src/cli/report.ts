@@ -5,6 +5,7 @@ import { loadConfig } from '../config';
 import { configuredEndpoint, connectClient, connectionReason } from '../temporal/connection';
 import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
+import { agentLines } from '../runs/agent-lines';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import { withDecodedResults } from '../runs/decode-history';
 import { reviewQuery } from '../workflow/queries';
@@ -67,6 +68,9 @@ async function run(): Promise<void> {
     const report = markSkippedOnResume(recoveryReport(history, 0, description.runId), details);
     const pending = pendingSteps(description.raw.pendingActivities);
     for (const line of formatReport(workflowId, report, details, pending)) console.log(line);
+    // An agent step's loop, from the run's result (a completed run's result is read from its history).
+    if (description.status.name === 'COMPLETED')
+      for (const line of agentLines((await handle.result()) as object)) console.log(`Agent ${line}`);
     // A run with a review says where it stands (a query: a worker answers it, for open and closed runs alike).
     const review = await Promise.race([
       handle.query(reviewQuery).catch(() => undefined),

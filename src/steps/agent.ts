@@ -76,7 +76,6 @@ export interface AgentStepSpec<
   maxOutputTokens: number;
   /** The offline model's scripted planner: what it calls in each turn, from the conversation so far. */
   plan(messages: AgentMessage[], input: Input): AgentReply;
-  column?: { header: string; cell(result: AgentStepResult<Fields>): string };
 }
 
 export interface AgentStepDefinition<
