@@ -26,7 +26,8 @@ import {
   startModelServer,
   writeWorkflowBundle,
 } from './helpers';
-import type { ChatRequest, ModelServer } from './helpers';
+import type { ModelServer } from './helpers';
+import { plannedTurn } from './agent-model';
 import { tempDir } from './scratch';
 
 let env: TestWorkflowEnvironment;
@@ -42,7 +43,7 @@ before(async () => {
   dir = tempDir('agent-crash-');
   bundlePath = await writeWorkflowBundle(dir);
   xref = await startCrossReferenceServer();
-  model = await startModelServer(plannedTurn);
+  model = await startModelServer((request) => plannedTurn(request));
 });
 
 after(async () => {
@@ -52,66 +53,6 @@ after(async () => {
   await env?.teardown();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
-
-/**
- * The stand-in model's turns, as the OpenAI chat completions API answers a request with tools: a tool call
- * (`finish_reason: "tool_calls"`) for each turn's step of the plan, from the conversation's tool messages so far;
- * summarize and tag are answered in words.
- */
-function plannedTurn(request: ChatRequest): { body: unknown } {
-  const body = request.body as { messages?: { role: string }[]; tools?: unknown[] } | undefined;
-  if (request.step !== 'related') {
-    const tags = JSON.stringify(body).includes('tags');
-    return { body: chatAnswer(tags ? '{"tags": ["checkpoints"]}' : 'Checkpoints skip finished steps.') };
-  }
-  const done = (body?.messages ?? []).filter((m) => m.role === 'tool').length;
-  const plan: [string, unknown][] = [
-    ['search', { query: 'checkpoints idempotency' }],
-    ['fileCrossReference', { to: ['other-0'], note: 'shared words' }],
-    [
-      'answer',
-      { related: [{ documentId: 'other-0', title: 'Checkpoints in practice' }], crossReference: 'xref-1' },
-    ],
-  ];
-  const [name, args] = plan[Math.min(done, plan.length - 1)] ?? plan[0]!;
-  return {
-    body: {
-      id: `chatcmpl-${randomUUID()}`,
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: 'test-model',
-      choices: [
-        {
-          index: 0,
-          message: {
-            role: 'assistant',
-            content: null,
-            tool_calls: [
-              {
-                id: `call_${done + 1}`,
-                type: 'function',
-                function: { name, arguments: JSON.stringify(args) },
-              },
-            ],
-          },
-          finish_reason: 'tool_calls',
-        },
-      ],
-      usage: { prompt_tokens: 200, completion_tokens: 30, total_tokens: 230 },
-    },
-  };
-}
-
-function chatAnswer(content: string): unknown {
-  return {
-    id: `chatcmpl-${randomUUID()}`,
-    object: 'chat.completion',
-    created: Math.floor(Date.now() / 1000),
-    model: 'test-model',
-    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
-    usage: { prompt_tokens: 100, completion_tokens: 20, total_tokens: 120 },
-  };
-}
 
 /** A document and its batch's manifest (the document and one other), with the loop's limits. */
 async function agentInput(blobs: FileBlobStore) {

@@ -16,12 +16,14 @@ import {
   installQuietRuntime,
   pipelineInput,
   SAMPLE_TEXT,
+  modelServerFor,
   tempParts,
   timeSkippingEnv,
   withPipeline,
 } from './helpers';
 import type { LocalParts } from './helpers';
 import { cleanupAfterAll } from './scratch';
+import { plannedTurn } from './agent-model';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
@@ -169,5 +171,34 @@ describe('an agent step on the time-skipping server', () => {
       [`${runId}:related:call-4`],
     );
     assert.equal(result.related.crossReference, 'xref-1');
+  });
+
+  it("ends at the run's budget with a clear outcome, paying nothing past it", async () => {
+    // Turn 1 reports many prompt tokens: the run's budget then has no room for turn 2's reservation.
+    const server = await modelServerFor(defer, (request) =>
+      plannedTurn(
+        request,
+        request.step === 'related' ? { prompt_tokens: 5_000, completion_tokens: 30 } : undefined,
+      ),
+    );
+    const local = await tempParts(defer, {
+      model: 'configured',
+      env: {
+        MODEL: 'openai-compatible:gpt-4o-mini',
+        OPENAI_BASE_URL: server.baseUrl,
+        MODEL_RPM: '10000',
+        MODEL_TPM: '10000000',
+      },
+    });
+    const input = { ...(await agentInput(local)), budget: { id: `budget-${randomUUID()}`, tokens: 3_000 } };
+    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    assert.equal(result.related?.agent.outcome, 'budget');
+    assert.equal(result.related.agent.turns, 1);
+    assert.equal(
+      server.requests.filter((r) => r.step === 'related').length,
+      1,
+      'a turn was paid past the budget',
+    );
+    assert.ok(result.publication !== undefined, 'the run did not publish');
   });
 });
