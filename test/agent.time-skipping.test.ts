@@ -5,7 +5,9 @@
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { startTracing } from '../src/telemetry/tracing';
 import { ManifestWriter } from '../src/documents/manifest';
 import { formatCost, formatTokens } from '../src/model/pricing';
 import { agentLines } from '../src/runs/agent-lines';
@@ -27,6 +29,9 @@ import { plannedTurn } from './agent-model';
 
 let env: TestWorkflowEnvironment;
 const defer = cleanupAfterAll();
+// The activities' spans, in this process: a span per turn and per tool call.
+const spans = new InMemorySpanExporter();
+startTracing(new SimpleSpanProcessor(spans));
 
 before(async () => {
   installQuietRuntime();
@@ -118,6 +123,25 @@ describe('an agent step on the time-skipping server', () => {
       xref.effects.map((e) => e.key),
       [`${runId}:related:call-4`],
     );
+    // A span per turn and per tool call, with the GenAI attributes and the call's key.
+    const mine = spans
+      .getFinishedSpans()
+      .filter((span) => String(span.attributes['pipeline.idempotency_key']).startsWith(runId));
+    const turns = mine.filter((span) => span.name === 'agent turn');
+    assert.deepEqual(
+      turns.map((span) => [span.attributes['gen_ai.operation.name'], span.attributes['pipeline.agent.turn']]),
+      [1, 2, 3, 4, 5].map((turn) => ['chat', turn]),
+    );
+    assert.ok(turns.every((span) => span.attributes['gen_ai.request.model'] === 'extractive-wink-nlp'));
+    const calls = mine.filter((span) => span.name === 'agent tool call');
+    assert.deepEqual(
+      calls.map((span) => [span.attributes['gen_ai.tool.name'], span.attributes['pipeline.idempotency_key']]),
+      ['search', 'read', 'read', 'fileCrossReference'].map((tool, i) => [
+        tool,
+        `${runId}:related:call-${i + 1}`,
+      ]),
+    );
+    assert.ok(calls.every((span) => span.attributes['gen_ai.operation.name'] === 'execute_tool'));
     const publication = await local.store.currentPublication(input.documentId);
     assert.ok(publication !== undefined);
     assert.deepEqual(JSON.stringify(publication).includes('xref-1'), true, JSON.stringify(publication));
