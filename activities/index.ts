@@ -5,8 +5,9 @@
  * (workflows/index.ts) calls the steps.
  */
 import { publish } from './publish';
+import { related } from './related';
 import { summarize } from './summarize';
 import { tag } from './tag';
 
-export const steps = [summarize, tag, publish] as const;
+export const steps = [summarize, tag, related, publish] as const;
 export type Steps = typeof steps;

@@ -11,6 +11,8 @@ import { readTemporalSettings } from './temporal/settings';
 import type { BulkSettings } from './contract/batch';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './contract/review';
 import type { ReviewSettings } from './contract/review';
+import { AGENT_LIMITS } from './contract/agent';
+import type { AgentSettings } from './contract/agent';
 import { readTracingSettings } from './telemetry/otlp-settings';
 import type { TracingSettings } from './telemetry/otlp-settings';
 import type { TemporalSettings } from './temporal/settings';
@@ -236,6 +238,28 @@ const EnvSchema = z.object({
       .transform((u) => new URL(u).origin)
       .optional(),
   ),
+  AGENT: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? 'off' : s.toLowerCase()))
+    .pipe(z.enum(['on', 'off'], { error: 'must be on or off' })),
+  AGENT_MAX_TURNS: positiveInt(AGENT_LIMITS.maxTurns.default).pipe(z.number().max(AGENT_LIMITS.maxTurns.max)),
+  AGENT_MAX_TOKENS: positiveInt(AGENT_LIMITS.maxTokens.default).pipe(
+    z.number().min(AGENT_LIMITS.maxTokens.min).max(AGENT_LIMITS.maxTokens.max),
+  ),
+  AGENT_MAX_COST_USD: z
+    .string()
+    .trim()
+    .optional()
+    .transform((s) => (s === undefined || s === '' ? undefined : Number(s)))
+    .pipe(z.number().positive('must be a positive number of US dollars').finite().optional()),
+  AGENT_HISTORY_EVENTS: positiveInt(AGENT_LIMITS.historyEvents.default).pipe(
+    z.number().min(AGENT_LIMITS.historyEvents.min).max(AGENT_LIMITS.historyEvents.max),
+  ),
+  AGENT_TOOL_URL: optionalText.pipe(
+    z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).optional(),
+  ),
   BULK: z
     .string()
     .trim()
@@ -348,6 +372,13 @@ export interface Config {
    */
   review: ReviewSettings | undefined;
   /**
+   * AGENT=on: every document's agent steps run (docs/agent.md), within AGENT_MAX_TURNS, AGENT_MAX_TOKENS and
+   * AGENT_MAX_COST_USD, continuing as new past AGENT_HISTORY_EVENTS; off (the default) they do not.
+   */
+  agent: AgentSettings | undefined;
+  /** AGENT_TOOL_URL: where an agent's tool that changes something sends it (npm start serves the demo's). */
+  agentToolUrl: string | undefined;
+  /**
    * BULK=on (or `--bulk`): the batch's model requests go to the provider's batch API first, at half the price
    * (docs/bulk.md), with BULK_MAX_REQUESTS, BULK_ROUNDS, BULK_POLL_SECONDS and BULK_POLL_MAX_SECONDS.
    */
@@ -457,6 +488,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       e.REVIEW === 'on'
         ? { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT }
         : undefined,
+    agent:
+      e.AGENT === 'on'
+        ? {
+            maxTurns: e.AGENT_MAX_TURNS,
+            maxTokens: e.AGENT_MAX_TOKENS,
+            historyEvents: e.AGENT_HISTORY_EVENTS,
+            ...(e.AGENT_MAX_COST_USD === undefined ? {} : { maxCostUsd: e.AGENT_MAX_COST_USD }),
+          }
+        : undefined,
+    agentToolUrl: e.AGENT_TOOL_URL,
     openDeliveryPolicy: e.OPEN_DELIVERY_POLICY,
     publishLookupUrl: e.PUBLISH_WEBHOOK_LOOKUP_URL,
     payloadEncryption: {

@@ -100,6 +100,8 @@ export async function createDependencies(
       publisher,
       memo: stores.memo,
       blobs: stores.blobs,
+      checkpoints: stores.checkpoints,
+      agentToolUrl: config.agentToolUrl,
       texts: blobTextSource(stores.blobs, config.maxDocumentBytes),
       prices: config.prices,
       memoLeaseMs: config.memoLeaseMs,

@@ -16,6 +16,16 @@ export type {
   StepResults,
 } from './steps/define';
 export { jsonAnswer, textAnswer } from './model/types';
+export type { AgentMessage, AgentReply, AgentToolCall } from './model/types';
+/** Agent steps: a loop of model turns and tool calls (docs/agent.md). */
+export { agentTool, ANSWER_TOOL, defineAgentStep } from './steps/agent';
+export type {
+  AgentStepDefinition,
+  AgentStepResult,
+  AgentTool,
+  AgentToolContext,
+  CorpusDocument,
+} from './steps/agent';
 /** The offline model's analysis of a text (sentences, tokens with lemma and part of speech), for offline answers. */
 export { analyse, HEADING_WEIGHT } from './model/offline-nlp';
 export type { Sentence, Token } from './model/offline-nlp';

@@ -426,6 +426,7 @@ const STORE_WORDS: Readonly<Record<string, string>> = {
   ledger: 'delivery ledger',
   rateLimits: 'pacing',
   bulkClaims: 'claims',
+  checkpoints: 'checkpoints',
   publications: 'publication',
 };
 

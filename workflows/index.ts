@@ -4,7 +4,7 @@ import { runDocument } from '../src/workflow';
 import type { PipelineContinuation, PipelineResult, StepActivities, StepResults } from '../src/workflow';
 
 // The batch of documents (npm start's, npm run pipeline's): the kit's, bundled with this pipeline.
-export { batch } from '../src/workflow';
+export { agentLoop, batch } from '../src/workflow';
 
 /**
  * One document's pipeline: summarize and tag it, then publish (the kit reviews the draft first when the run asks
@@ -23,10 +23,10 @@ export async function documentPipeline(
     // this change tag ran after summarize: `patched` is false when such a run is replayed, and it keeps that
     // order. Once `npm run check-replay` finds no open or retained run without the marker, make it
     // `deprecatePatch('parallel-model-steps')` and delete the sequential lines (docs/deploy.md).
-    if (patched('parallel-model-steps')) {
-      const [summary, tags] = await Promise.all([summarize(), tag()]);
-      return { summary, tags };
-    }
-    return { summary: await summarize(), tags: await tag() };
+    const [summary, tags] = patched('parallel-model-steps')
+      ? await Promise.all([summarize(), tag()])
+      : [await summarize(), await tag()];
+    // An agent: its loop runs only when the run's input turns agent steps on (AGENT=on, docs/agent.md).
+    return { summary, tags, related: await run.agent('related', {}) };
   });
 }

@@ -5,6 +5,7 @@ import { loadConfig } from '../config';
 import { configuredEndpoint, connectClient, connectionReason } from '../temporal/connection';
 import type { ConnectedClient } from '../temporal/connection';
 import { formatReport } from '../runs/report-format';
+import { agentLines } from '../runs/agent-lines';
 import { markSkippedOnResume, pendingSteps, recoveryReport, runDetails } from '../runs/history';
 import { withDecodedResults } from '../runs/decode-history';
 import { reviewQuery } from '../workflow/queries';
@@ -76,6 +77,8 @@ async function run(): Promise<void> {
             .catch(() => undefined)
         : undefined;
     for (const line of formatReport(workflowId, report, details, pending, result?.review)) console.log(line);
+    // An agent step's loop, from the run's result (a completed run's result is read from its history).
+    if (result !== undefined) for (const line of agentLines(result)) console.log(`Agent ${line}`);
     if (result?.review !== undefined) {
       console.log(`\nReview: ${describeOutcome(result.review)}`);
       for (const [name, value] of Object.entries(result.review.edits ?? {}))

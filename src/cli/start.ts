@@ -1,5 +1,6 @@
 import './compose';
 import { loadConfig, SAMPLES_DIR } from '../config';
+import { startCrossReferenceServer } from '../../demo/cross-reference-server';
 import { runMain } from '../lib/run-main';
 import { processDocuments } from '../runs/batch';
 import { connectClient, connectWorker } from '../temporal/connection';
@@ -15,7 +16,15 @@ import { wirePipelineWorker } from '../temporal/serve';
  */
 async function run(): Promise<void> {
   const since = Date.now();
-  const config = loadConfig();
+  const loaded = loadConfig();
+  // AGENT=on with no receiver named: the related step files its cross-references at the demo's, in this process.
+  const receiver =
+    loaded.agent !== undefined && loaded.agentToolUrl === undefined
+      ? await startCrossReferenceServer()
+      : undefined;
+  const config = receiver === undefined ? loaded : { ...loaded, agentToolUrl: receiver.url };
+  if (receiver !== undefined)
+    console.log(`Agent steps on: cross-references go to the demo's receiver at ${receiver.url}`);
   const tracing = quietSdkLogs(config);
   const args = parseRunArgs(process.argv.slice(2));
   const paths = args.paths.length > 0 ? args.paths : [SAMPLES_DIR];
@@ -78,6 +87,7 @@ async function run(): Promise<void> {
     await nativeConnection.close();
     await closeClient();
     await target.close();
+    await receiver?.close();
     await tracing?.shutdown();
     // Last, once the embedded server is stopped: a link only while something serves it.
     const ui = finished ? await webUiLine(target, config) : undefined;

@@ -14,6 +14,7 @@ import {
   DocumentIdSchema,
   PipelineOptionsSchema,
   ReviewSettingsSchema,
+  AgentSettingsSchema,
   TextRefSchema,
 } from '.';
 
@@ -95,6 +96,8 @@ export const BatchOptionsSchema = z
     budget: BudgetInputSchema.optional(),
     /** Every document's draft waits for a person's review before it is published (src/contract/review.ts). */
     review: ReviewSettingsSchema.optional(),
+    /** The runs' agent steps are on (AGENT=on, docs/agent.md); each run's corpus is the batch's manifest. */
+    agent: AgentSettingsSchema.optional(),
     /** Bulk mode (BULK=on, docs/bulk.md): the model requests go to the provider's batch API first. */
     bulk: BulkSettingsSchema.optional(),
   })

@@ -8,6 +8,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import {
+  AGENT_LIMITS,
+  AGENT_OUTCOMES,
   BUDGET_ID,
   DOCUMENT_ID,
   FailureType,
@@ -91,6 +93,23 @@ const ModelStepFields = {
    * answer. Absent when the answer was reused, or the step had not answered this document before.
    */
   changedFrom: z.string().optional(),
+  /** An agent step's loop: how it ended, its turns and tool calls (src/contract/agent.ts). */
+  agent: z
+    .object({
+      outcome: z.enum(AGENT_OUTCOMES),
+      turns: z.number().int().min(0),
+      toolCalls: z.array(
+        z.object({
+          n: z.number().int().min(1),
+          tool: z.string(),
+          outcome: z.enum(['ok', 'error']),
+          ref: z.string(),
+        }),
+      ),
+      continuedAsNew: z.number().int().min(0),
+      memoisedTurns: z.number().int().min(0),
+    })
+    .optional(),
 };
 
 export const ModelStepFieldsSchema = z.object(ModelStepFields);
@@ -98,6 +117,17 @@ export const ModelStepFieldsSchema = z.object(ModelStepFields);
 // ---------------------------------------------------------------------------------------------------------------
 // What every step's input may carry; each step's own input and result are in its folder (activities/<step>/)
 // ---------------------------------------------------------------------------------------------------------------
+
+/** A run's agent steps, on, within these limits (see AgentSettings). */
+export const AgentSettingsSchema = z
+  .object({
+    maxTurns: z.number().int().min(AGENT_LIMITS.maxTurns.min).max(AGENT_LIMITS.maxTurns.max),
+    maxTokens: z.number().int().min(AGENT_LIMITS.maxTokens.min).max(AGENT_LIMITS.maxTokens.max),
+    maxCostUsd: z.number().positive().finite().optional(),
+    historyEvents: z.number().int().min(AGENT_LIMITS.historyEvents.min).max(AGENT_LIMITS.historyEvents.max),
+    corpusRef: TextRefSchema.optional(),
+  })
+  .strict();
 
 /** A run's budget (see BudgetInput): a measure left out is not limited. */
 export const BudgetInputSchema = z
@@ -221,6 +251,8 @@ export const PipelineInputSchema = z
     budget: BudgetInputSchema.optional(),
     /** A person approves, edits or rejects the draft before it is published (src/contract/review.ts, docs/review.md). */
     review: ReviewSettingsSchema.optional(),
+    /** The run's agent steps are on, within these limits (docs/agent.md). */
+    agent: AgentSettingsSchema.optional(),
   })
   .strict();
 export type PipelineInput = z.input<typeof PipelineInputSchema>;

@@ -14,6 +14,9 @@ export const DEFAULT_TASK_QUEUE = 'document-pipeline';
 
 export type { JsonValue, ModelInfo } from './values';
 import type { ModelInfo } from './values';
+export * from './agent';
+import type { AgentSettings, AgentSummary } from './agent';
+import { isAgentSettings } from './agent';
 
 /** A model call's tokens (UsageSchema in ./index.ts says what each counts). */
 export type Usage = {
@@ -34,6 +37,7 @@ export type ModelStepFields = {
   bulk?: { claim: string; listCostUsd: number | null } | undefined;
   identity?: string | undefined;
   changedFrom?: string | undefined;
+  agent?: AgentSummary | undefined;
 };
 
 /** ModelStepFields' names: what a model step's result carries besides the fields it adds to the publication. */
@@ -47,6 +51,7 @@ const FIELD_NAMES = [
   'bulk',
   'identity',
   'changedFrom',
+  'agent',
 ] as const;
 export const MODEL_STEP_FIELD_NAMES: readonly string[] = FIELD_NAMES;
 // Every name of ModelStepFields is listed, and only those: a new field fails to compile until it is listed here.
@@ -238,6 +243,8 @@ export interface CompletePipelineInput {
   budget?: BudgetInput;
   /** A person reviews the draft before it is published (src/contract/review.ts). */
   review?: ReviewSettings;
+  /** The run's agent steps are on, within these limits (src/contract/agent.ts, docs/agent.md). */
+  agent?: AgentSettings;
 }
 
 /**
@@ -250,10 +257,11 @@ export interface CompletePipelineInput {
 export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
   const fields = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'];
   if (!isPlainRecord(input)) return false;
-  const optional = ['budget', 'review'].filter((name) => name in input);
+  const optional = ['budget', 'review', 'agent'].filter((name) => name in input);
   if (!hasExactly(input, [...fields, ...optional])) return false;
   if ('budget' in input && !isBudgetInput(input.budget)) return false;
   if ('review' in input && !isReviewSettings(input.review)) return false;
+  if ('agent' in input && !isAgentSettings(input.agent)) return false;
   const { schemaVersion, documentId, textRef, title, options } = input;
   if (schemaVersion !== INPUT_SCHEMA_VERSION) return false;
   if (typeof documentId !== 'string' || !DOCUMENT_ID.test(documentId)) return false;

@@ -4,10 +4,13 @@ import {
   EmptyResponseBodyError,
   generateText,
   InvalidResponseDataError,
+  jsonSchema,
   NoObjectGeneratedError,
   Output,
+  tool,
 } from 'ai';
-import type { FinishReason, LanguageModel, LanguageModelUsage, ModelMessage, TextPart } from 'ai';
+import type { FinishReason, JSONValue, LanguageModel, LanguageModelUsage, ModelMessage, TextPart } from 'ai';
+
 import { z } from 'zod';
 import {
   describeCauses,
@@ -27,7 +30,16 @@ import { paidButRefused } from './memo-call';
 import { documentBlock, FRAMING_VERSION, MAX_INPUT_CHARS, SYSTEM, taskOf } from './prompt-frame';
 import { limitsFromHeaders } from './rate-limit';
 import type { ProviderLimits } from './rate-limit';
-import type { DocumentModel, ModelAnswer, ModelCall, ModelRequest } from './types';
+import type {
+  AgentMessage,
+  AgentModel,
+  AgentReply,
+  AgentTurnRequest,
+  DocumentModel,
+  ModelAnswer,
+  ModelCall,
+  ModelRequest,
+} from './types';
 import { utf8Bytes } from './worst-case';
 
 /**
@@ -37,7 +49,7 @@ import { utf8Bytes } from './worst-case';
  * are sorted for Temporal: transient ones (timeouts, resets, 408/429/5xx, cut off or malformed answers) are
  * retryable, with Retry-After honoured; the rest fail at once and say what to fix.
  */
-export class AiSdkModel implements DocumentModel {
+export class AiSdkModel implements DocumentModel, AgentModel {
   readonly info: ModelInfo;
   readonly promptVersion = FRAMING_VERSION;
   private readonly languageModel: LanguageModel;
@@ -64,7 +76,7 @@ export class AiSdkModel implements DocumentModel {
 
   async ask<T>(request: ModelRequest<T>, text: string, call: ModelCall): Promise<ModelAnswer<T>> {
     const { answer } = request;
-    return this.paced(call, text, request, async () => {
+    return this.paced(call, this.sizeOf(request, text, call), async () => {
       const settings = this.request(request, call, text);
       if (answer.kind === 'text') {
         const result = await this.sorted(call, () => generateText(settings));
@@ -79,6 +91,61 @@ export class AiSdkModel implements DocumentModel {
       );
       const paid = this.paid(result);
       return { value: answer.read(result.output), ...paid };
+    });
+  }
+
+  /**
+   * One turn of an agent step through the AI SDK's tool calling: the conversation as the step saved it, the
+   * step's tools declared without `execute` (the kit runs each call as an activity of its own, keyed), so the SDK
+   * stops after the model's one answer. Paced, keyed and sorted as every call.
+   */
+  async converse(request: AgentTurnRequest, call: ModelCall): Promise<ModelAnswer<AgentReply>> {
+    const sent = JSON.stringify(request.messages);
+    // What a turn sends: the system line, the conversation and the tools' declarations, all of it as bytes.
+    const declared = JSON.stringify(request.tools);
+    const size = {
+      promptChars: request.system.length + sent.length + declared.length,
+      promptBytes: utf8Bytes(request.system, sent, declared),
+      maxOutputTokens: request.maxOutputTokens,
+    };
+    return this.paced(call, size, async () => {
+      const tools = Object.fromEntries(
+        request.tools.map((spec) => [
+          spec.name,
+          tool({ description: spec.description, inputSchema: jsonSchema(spec.inputSchema) }),
+        ]),
+      );
+      const result = await this.sorted(call, () =>
+        generateText({
+          model: this.languageModel,
+          system: request.system,
+          messages: request.messages.map(sdkMessage),
+          tools,
+          temperature: 0,
+          maxOutputTokens: request.maxOutputTokens,
+          maxRetries: 0,
+          abortSignal: call.signal,
+          timeout: this.requestTimeoutMs,
+          headers: { 'Idempotency-Key': call.idempotencyKey, 'x-pipeline-step': request.step },
+        }),
+      );
+      const usage = usageOf(result.totalUsage);
+      this.checkFinish(result.finishReason, result.text, usage);
+      const toolCalls = result.toolCalls.map((c) => ({
+        callId: c.toolCallId,
+        tool: c.toolName,
+        input: c.input,
+      }));
+      if (toolCalls.length === 0 && result.text.trim() === '')
+        throw paidButRefused(
+          `model ${this.settings.model} answered with neither text nor a tool call`,
+          usage,
+        );
+      return {
+        value: { text: result.text, toolCalls },
+        usage,
+        limits: limitsOf(result.response.headers),
+      };
     });
   }
 
@@ -103,16 +170,25 @@ export class AiSdkModel implements DocumentModel {
    */
   private async paced<T>(
     call: ModelCall,
-    text: string,
-    request: ModelRequest<T>,
+    size: { promptChars: number; promptBytes: number; maxOutputTokens: number },
     send: () => Promise<{ value: T; usage: Usage; limits: ProviderLimits }>,
   ): Promise<ModelAnswer<T>> {
     if (this.pacer === undefined || call.pacing === undefined) {
       const { value, usage } = await send();
       return { value, usage };
     }
+    return this.pacer.run(
+      { ...call.pacing, holdKey: call.idempotencyKey, signal: call.signal },
+      { ...size, send },
+    );
+  }
+
+  /**
+   * A step's request by size: the pacing's likelier estimate (the system line, the document as sent, and the
+   * task's few hundred characters) and, as bytes, every text it sends: the bound its budget holds (worst-case.ts).
+   */
+  private sizeOf<T>(request: ModelRequest<T>, text: string, call: ModelCall) {
     const { answer, maxOutputTokens } = request;
-    // Every text the request sends, as bytes: the bound its budget holds (worst-case.ts).
     const promptBytes = utf8Bytes(
       SYSTEM,
       documentBlock(text),
@@ -121,16 +197,11 @@ export class AiSdkModel implements DocumentModel {
         ? [answer.name, JSON.stringify(z.toJSONSchema(answer.schema, { io: 'output' }))]
         : []),
     );
-    return this.pacer.run(
-      { ...call.pacing, holdKey: call.idempotencyKey, signal: call.signal },
-      // The system line, the document as sent, and the task's few hundred characters.
-      {
-        promptChars: SYSTEM.length + Math.min(text.length, MAX_INPUT_CHARS) + 300,
-        promptBytes,
-        maxOutputTokens,
-        send,
-      },
-    );
+    return {
+      promptChars: SYSTEM.length + Math.min(text.length, MAX_INPUT_CHARS) + 300,
+      promptBytes,
+      maxOutputTokens,
+    };
   }
 
   /**
@@ -347,6 +418,39 @@ function usageOf(usage: LanguageModelUsage | undefined): Usage {
     outputTokens: usage?.outputTokens ?? 0,
     ...(cached > 0 ? { cachedInputTokens: cached } : {}),
     ...(written > 0 ? { cacheWriteInputTokens: written } : {}),
+  };
+}
+
+/** A message of an agent's conversation as the AI SDK sends it, for every provider. */
+function sdkMessage(message: AgentMessage): ModelMessage {
+  if (message.role === 'user') return { role: 'user', content: message.text };
+  if (message.role === 'assistant') {
+    return {
+      role: 'assistant',
+      content: [
+        ...(message.text === '' ? [] : [{ type: 'text' as const, text: message.text }]),
+        ...message.toolCalls.map((c) => ({
+          type: 'tool-call' as const,
+          toolCallId: c.callId,
+          toolName: c.tool,
+          input: c.input,
+        })),
+      ],
+    };
+  }
+  return {
+    role: 'tool',
+    content: message.results.map((r) => ({
+      type: 'tool-result' as const,
+      toolCallId: r.callId,
+      toolName: r.tool,
+      output: r.isError
+        ? {
+            type: 'error-text' as const,
+            value: typeof r.output === 'string' ? r.output : JSON.stringify(r.output),
+          }
+        : { type: 'json' as const, value: r.output as JSONValue },
+    })),
   };
 }
 

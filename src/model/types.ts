@@ -98,3 +98,59 @@ export interface DocumentModel {
   readonly promptVersion: string;
   ask<T>(request: ModelRequest<T>, text: string, call: ModelCall): Promise<ModelAnswer<T>>;
 }
+
+/** A tool call the model asked for in a turn: its ID (the provider's, or the planner's), the tool, its input. */
+export interface AgentToolCall {
+  callId: string;
+  tool: string;
+  input: unknown;
+}
+
+/**
+ * A message of an agent's conversation, as the conversation store keeps it and every model is sent it: the
+ * task (with the document), the model's turns, and the tools' results. Provider-neutral; ai-sdk.ts turns it into
+ * the AI SDK's messages.
+ */
+export type AgentMessage =
+  | { role: 'user'; text: string }
+  | { role: 'assistant'; text: string; toolCalls: AgentToolCall[] }
+  | { role: 'tool'; results: { callId: string; tool: string; output: unknown; isError: boolean }[] };
+
+/** A tool as the model is told of it: its name, what it does, its input's JSON schema. */
+export interface AgentToolSpec {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** One model turn of an agent step: the conversation as sent, the tools it may call, its token limit. */
+export interface AgentTurnRequest {
+  step: string;
+  system: string;
+  messages: AgentMessage[];
+  tools: AgentToolSpec[];
+  maxOutputTokens: number;
+  /** The step's scripted planner, for the offline model: the module exporting the definition, and its input. */
+  offline: { module: string; exportName: string; input: unknown };
+}
+
+/** The model's turn: what it said, and the tools it calls (none: it is done, or answered in words only). */
+export interface AgentReply {
+  text: string;
+  toolCalls: AgentToolCall[];
+}
+
+/** A step's definition as the offline model finds it in its module: its scripted planner. */
+export interface OfflinePlanner {
+  plan(messages: AgentMessage[], input: unknown): AgentReply;
+}
+
+/** A model that takes agent turns (tool calling): the offline model's planner, every AI SDK provider. */
+export interface AgentModel {
+  converse(request: AgentTurnRequest, call: ModelCall): Promise<ModelAnswer<AgentReply>>;
+}
+
+/** True when `model` takes agent turns. */
+export function takesAgentTurns(model: DocumentModel): model is DocumentModel & AgentModel {
+  return typeof (model as Partial<AgentModel>).converse === 'function';
+}

@@ -158,6 +158,7 @@ async function runBatch(
       ...(options.historyBudget !== undefined ? { historyBudget: options.historyBudget } : {}),
       ...(budget === undefined ? {} : { budget }),
       ...(review === undefined ? {} : { review }),
+      ...(config.agent === undefined ? {} : { agent: config.agent }),
       ...(bulk === undefined ? {} : { bulk }),
     },
   };

@@ -10,6 +10,7 @@ import { formatCost, formatTokens, totalUsage } from '../model/pricing';
 import type { PipelineResult } from '../contract';
 import type { RecoveryReport } from './history';
 import { cut, terminalWidth, titleWidth } from './columns';
+import { agentLines } from './agent-lines';
 import { describeStep, summarizeReports } from './step-outcome';
 import { describeOutcome } from '../contract/review';
 
@@ -253,6 +254,7 @@ export function printOutcomes(
       const detail = stepResult === undefined ? undefined : step.column?.detail?.(stepResult);
       if (detail !== undefined) print(`\n${o.title} ${detail}`);
     }
+    for (const line of agentLines(result)) print(`${o.title} ${line}`);
   }
   const reports = outcomes.flatMap((o) => (o.report ? [o.report] : []));
   const count = (status: DocumentStatus): number =>

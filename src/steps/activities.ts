@@ -8,9 +8,12 @@ import type { StepActivities, StepList } from './define';
 import { modelStepActivity } from './model-step';
 import type { ModelStepDependencies } from './model-step';
 import { publishActivity } from './publish';
+import { agentToolActivity, agentToolActivityName, agentTurnActivity } from './agent-activities';
+import type { AgentStepDependencies } from './agent-activities';
 
 /** The model steps' parts (model, memo, texts, prices; without prices only the offline model costs 0) and the publisher. */
-export interface ActivityDependencies extends ModelStepDependencies {
+export interface ActivityDependencies
+  extends ModelStepDependencies, Pick<AgentStepDependencies, 'checkpoints' | 'agentToolUrl'> {
   publisher: Publisher;
   /** The texts' store; the batch workflow reads its manifest from it. */
   blobs: BlobStore;
@@ -24,10 +27,15 @@ export interface ActivityDependencies extends ModelStepDependencies {
  */
 export function createActivities<S extends StepList>(steps: S, deps: ActivityDependencies) {
   const own = Object.fromEntries(
-    steps.map((step) => [
-      step.name,
-      step.kind === 'model' ? modelStepActivity(step, deps) : publishActivity(deps),
-    ]),
+    steps.flatMap((step): [string, unknown][] =>
+      step.kind === 'agent'
+        ? [
+            // An agent step's turn is registered under its name, its tool calls beside it.
+            [step.name, agentTurnActivity(step, deps)],
+            [agentToolActivityName(step.name), agentToolActivity(step, deps)],
+          ]
+        : [[step.name, step.kind === 'model' ? modelStepActivity(step, deps) : publishActivity(deps)]],
+    ),
   );
   return {
     // Each entry is the activity its definition's kind makes, under the definition's name.

@@ -9,6 +9,7 @@ import type { BudgetInput, JsonValue, ModelStepFields, PipelineOptions } from '.
 import type { PublishInput, PublishResult } from '../contract';
 import { PUBLISH_STEP } from '../contract/plain';
 import type { JsonAnswer, TextAnswer } from '../model/types';
+import type { AgentStepDefinition, AgentStepResultOf, AgentTurnActivity, AnyAgentStep } from './agent';
 
 /** The fields a step adds to the run's result and the publication (`{ summary }`, `{ tags }`): plain JSON. */
 export type StepFields = Record<string, JsonValue>;
@@ -99,11 +100,12 @@ export function definePublishStep(): PublishStepDefinition {
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a step of any input and fields
 export type AnyModelStep = ModelStepDefinition<string, string, any, any>;
-export type AnyStep = AnyModelStep | PublishStepDefinition;
+export type AnyStep = AnyModelStep | AnyAgentStep | PublishStepDefinition;
 /** A pipeline's steps, in order: the model steps, then publish. */
 export type StepList = readonly AnyStep[];
 
 type ModelOf<S extends StepList> = Extract<S[number], { kind: 'model' }>;
+type AgentOf<S extends StepList> = Extract<S[number], { kind: 'agent' }>;
 type InputOf<D> = D extends ModelStepDefinition<string, string, infer I, StepFields> ? I : never;
 type FieldsOf<D> = D extends ModelStepDefinition<string, string, object, infer F> ? F : never;
 
@@ -114,12 +116,17 @@ export type ModelStepResultOf<D> = FieldsOf<D> & ModelStepFields;
 export type StepActivities<S extends StepList> = {
   [D in S[number] as D['name']]: D extends { kind: 'model' }
     ? (input: DocumentStepInput & InputOf<D>) => Promise<ModelStepResultOf<D>>
-    : (input: PublishInput) => Promise<PublishResult>;
+    : D extends AgentStepDefinition<string, string, infer I, infer F>
+      ? AgentTurnActivity<I, F>
+      : (input: PublishInput) => Promise<PublishResult>;
 };
 
 /** The model steps' results, as a run's result holds them (`summary`, `tags`, ...). */
 export type StepResults<S extends StepList> = {
   [D in ModelOf<S> as D['resultKey']]: ModelStepResultOf<D>;
+} & {
+  // An agent step runs only when the run's input turns agent steps on: its result may be absent.
+  [D in AgentOf<S> as D['resultKey']]?: AgentStepResultOf<D> | undefined;
 };
 
 /** The model steps of a list. */

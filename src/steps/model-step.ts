@@ -163,7 +163,7 @@ async function previousIdentity(
 }
 
 /** This attempt's way to the answer through the memo, under a claim named for the attempt. */
-function memoCallOf<T>(
+export function memoCallOf<T>(
   deps: ModelStepDependencies,
   request: MemoRequest & { identity?: string },
   valueSchema: z.ZodType<T>,
@@ -192,7 +192,7 @@ function memoCallOf<T>(
  * answer may come from the memo although this attempt paid too (another stored first), and a step that fails for
  * good has no answer to count from.
  */
-class PaidCalls {
+export class PaidCalls {
   count = 0;
   private readonly attributes: Attributes;
 
@@ -237,7 +237,7 @@ class PaidCalls {
 }
 
 /** The attempt's start-to-close deadline and the step's schedule-to-close one, on this worker's clock. */
-function deadlinesOf(
+export function deadlinesOf(
   info: Pick<Info, 'startToCloseTimeoutMs' | 'scheduleToCloseTimeoutMs' | 'scheduledTimestampMs'>,
   attemptStarted: number,
 ): { attemptEndsAt: number; stepEndsAt: number } {
@@ -261,7 +261,11 @@ function deadlinesOf(
  * deadline is hung, and is stopped. A cancellation the workflow asked for, or a worker shutting down, stops the
  * call at once. (A fixed grace of one second paid twice whenever the answer came later, as on a loaded machine.)
  */
-function callSignal(attempt: AbortSignal, attemptStarted: number, context = Context.current()): AbortSignal {
+export function callSignal(
+  attempt: AbortSignal,
+  attemptStarted: number,
+  context = Context.current(),
+): AbortSignal {
   const call = new AbortController();
   const follow = (): void => {
     const details = context.cancellationDetails;

@@ -33,9 +33,15 @@ export function registeredSteps(): StepList {
   return registeredPipeline().steps;
 }
 
-/** The steps' names, in order. */
+/**
+ * The names of the steps a document's history records as activities, in order. An agent step's loop is a child
+ * workflow of its own (src/workflow/agent.ts), and runs only when the run's input turns it on: its turns and
+ * calls are in the loop's history, and the step's result says what they came to (src/runs/agent-lines.ts).
+ */
 export function stepNames(): string[] {
-  return registeredSteps().map((step) => step.name);
+  return registeredSteps()
+    .filter((step) => step.kind !== 'agent')
+    .map((step) => step.name);
 }
 
 /** The model steps handed in. */

@@ -399,4 +399,31 @@ export const MIGRATIONS: readonly Migration[] = [
       },
     },
   },
+  {
+    version: 11,
+    name: "an agent step's checkpoints: each turn's conversation as sent, each tool call's output",
+    up: {
+      async memo(db) {
+        const t = TYPES[db.dialect];
+        await db.run(
+          db.build.schema
+            .createTable('agent_checkpoints')
+            .ifNotExists()
+            .addColumn('checkpoint_key', 'text', (c) => c.primaryKey())
+            .addColumn('workflow_id', 'text', (c) => c.notNull())
+            .addColumn('step', 'text', (c) => c.notNull())
+            .addColumn('body', t.json, (c) => c.notNull())
+            .addColumn('chars', 'integer', (c) => c.notNull())
+            .addColumn('created_at', t.time, t.stamped),
+        );
+        await db.run(
+          db.build.schema
+            .createIndex('agent_checkpoints_workflow_id')
+            .ifNotExists()
+            .on('agent_checkpoints')
+            .column('workflow_id'),
+        );
+      },
+    },
+  },
 ];

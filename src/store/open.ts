@@ -1,4 +1,5 @@
 import { SqlBulkClaims } from '../bulk/claims';
+import { SqlAgentCheckpoints } from '../steps/agent-store';
 import type { Config } from '../config';
 import { FileBlobStore } from '../documents/blobs';
 import type { BlobStore } from '../documents/blobs';
@@ -23,6 +24,8 @@ export interface Stores {
   rateLimits: SqlRateLimits;
   /** The claims of provider batches (bulk mode), beside the memo. */
   bulkClaims: SqlBulkClaims;
+  /** Agent steps' checkpoints (conversations as sent, tools' outputs), beside the memo. */
+  checkpoints: SqlAgentCheckpoints;
   /** The built-in publish target's database, opened on first use (a webhook deployment never opens it). */
   publications(): PublicationStore;
   close(): Promise<void>;
@@ -45,6 +48,7 @@ export async function openStores(config: Config): Promise<Stores> {
       ledger: new SqlDeliveryLedger(db),
       rateLimits: new SqlRateLimits(db),
       bulkClaims: new SqlBulkClaims(db),
+      checkpoints: new SqlAgentCheckpoints(db),
       publications: () => publications,
       close: () => pool.end(),
     };
@@ -62,6 +66,7 @@ export async function openStores(config: Config): Promise<Stores> {
     ledger,
     rateLimits: new SqlRateLimits(memoDb),
     bulkClaims: new SqlBulkClaims(memoDb),
+    checkpoints: new SqlAgentCheckpoints(memoDb),
     publications: () => (publications ??= new SqlitePublicationStore(files.publications)),
     async close() {
       await memo.close();

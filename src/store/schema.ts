@@ -166,11 +166,25 @@ export interface SchemaMigrationsTable {
   applied_at: Time;
 }
 
+/**
+ * An agent step's checkpoints (src/steps/agent-store.ts): each turn's conversation as it was sent, and each tool
+ * call's output, under `<runId>:<step>:turn-<n>` or `:call-<n>`. Written once; a retry writes the same body.
+ */
+export interface AgentCheckpointsTable {
+  checkpoint_key: string;
+  workflow_id: string;
+  step: string;
+  body: Json;
+  chars: number;
+  created_at: Time;
+}
+
 /** Every table, by its PostgreSQL name (see SQLITE_TABLE_NAMES for the two a SQLite file names otherwise). */
 export interface Schema {
   blobs: BlobsTable;
   model_memo: ModelMemoTable;
   bulk_claims: BulkClaimsTable;
+  agent_checkpoints: AgentCheckpointsTable;
   delivery_ledger: DeliveryLedgerTable;
   publications: PublicationsTable;
   publication_revisions: PublicationRevisionsTable;

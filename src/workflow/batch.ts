@@ -293,6 +293,10 @@ class BatchRun {
       // The batch's budget is shared by its runs; a batch without one sends none, as before budgets.
       ...(options.budget === undefined ? {} : { budget: options.budget }),
       ...(options.review === undefined ? {} : { review: options.review }),
+      // Agent steps look into the batch's other documents: the manifest is their corpus.
+      ...(options.agent === undefined
+        ? {}
+        : { agent: { ...options.agent, corpusRef: this.input.manifestRef } }),
     };
   }
 

@@ -19,7 +19,9 @@ import type {
 } from '../contract/plain';
 import { reviewPublishes } from '../contract/review';
 import type { PublishedReview, ReviewOutcome } from '../contract/review';
-import type { DocumentStepInput } from '../steps/define';
+import type { DocumentStepInput, StepFields } from '../steps/define';
+import type { AgentStepResult, AgentTurnActivity } from '../steps/agent';
+import { runAgentStep } from './agent';
 import { checkedPipelineInput } from './checks';
 import { publishUntilSettled } from './held-publish';
 import { BatchNotices } from './notices';
@@ -52,10 +54,19 @@ type AnyActivity = (input: never) => Promise<unknown>;
 type ModelStepNames<A> = {
   [N in keyof A & string]: A[N] extends (input: infer I) => Promise<unknown>
     ? I extends DocumentStepInput
-      ? N
+      ? I extends { turn: number }
+        ? never
+        : N
       : never
     : never;
 }[keyof A & string];
+/** The agent steps among a map of activities: those whose turn takes the loop's input. */
+type AgentStepNames<A> = {
+  [N in keyof A & string]: A[N] extends AgentTurnActivity<infer _I, infer _F> ? N : never;
+}[keyof A & string];
+type AgentResultOf<F> =
+  F extends AgentTurnActivity<object, infer Fields extends StepFields> ? AgentStepResult<Fields> : never;
+type AgentInputOf<F> = F extends AgentTurnActivity<infer I extends object, StepFields> ? I : never;
 type OwnInputOf<F> = F extends (input: infer I) => Promise<unknown>
   ? Omit<I, keyof DocumentStepInput>
   : never;
@@ -69,6 +80,14 @@ export interface DocumentRun<A> {
    * the run's budget added to its own input; pauses while its next call would pass the budget.
    */
   step<N extends ModelStepNames<A>>(name: N, input: OwnInputOf<A[N]>): Promise<ResultOf<A[N]>>;
+  /**
+   * Runs an agent step's loop (src/workflow/agent.ts) when the run's input turns agent steps on (AGENT=on);
+   * undefined when it does not, without a command: runs that predate agent steps replay as they ran.
+   */
+  agent<N extends AgentStepNames<A>>(
+    name: N,
+    input: AgentInputOf<A[N]>,
+  ): Promise<AgentResultOf<A[N]> | undefined>;
 }
 
 /**
@@ -165,6 +184,12 @@ function documentSteps<A>(
       return tracked(progress, name, () =>
         withinBudget(name, () => activity({ documentId, textRef, ...own, ...spending })),
       ) as Promise<ResultOf<A[typeof name]>>;
+    },
+    agent(name, own) {
+      if (input.agent === undefined) return Promise.resolve(undefined);
+      return tracked(progress, name, () => runAgentStep(name, own, input)) as Promise<
+        AgentResultOf<A[typeof name]> | undefined
+      >;
     },
   };
 }

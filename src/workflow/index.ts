@@ -6,6 +6,7 @@
 export { runDocument } from './document';
 export type { DocumentRun } from './document';
 export { batch } from './batch';
+export { agentLoop } from './agent';
 export {
   batchProgressQuery,
   budgetRaisedSignal,
