@@ -17,6 +17,7 @@ import type {
   Usage,
 } from '../contract/plain';
 import { FailureType } from '../contract/plain';
+import { modelStepOptions } from './options';
 import type { AgentToolResultRef, AgentTurnInput, AgentTurnResult } from '../steps/agent';
 import type { AgentToolInput } from '../steps/agent-activities';
 
@@ -25,12 +26,10 @@ export const AGENT_LOOP_WORKFLOW = 'agentLoop';
 
 /** A turn is a model call: as a model step's, its retries are uncapped and its budget is the step's. */
 const turnOptions: ActivityOptions = {
-  startToCloseTimeout: '2 minutes',
-  heartbeatTimeout: '10 seconds',
+  ...modelStepOptions,
+  // A turn the run's budget refuses ends the loop with its outcome (the budget), not a wait of its own.
   retry: {
-    initialInterval: '2 seconds',
-    backoffCoefficient: 2,
-    maximumInterval: '2 minutes',
+    ...modelStepOptions.retry,
     nonRetryableErrorTypes: [FailureType.PayloadRefused, FailureType.BudgetExhausted],
   },
 };
