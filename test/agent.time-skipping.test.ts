@@ -198,11 +198,13 @@ describe('an agent step on the time-skipping server', () => {
   });
 
   it("ends at the run's budget with a clear outcome, paying nothing past it", async () => {
-    // Turn 1 reports many prompt tokens: the run's budget then has no room for turn 2's reservation.
+    // The budget holds each call at its worst case (its bytes, the framing, its whole answer), so it leaves room for
+    // summarize, tag and turn 1; turn 1 then reports more prompt tokens than the whole budget, and turn 2's hold no
+    // longer fits.
     const server = await modelServerFor(defer, (request) =>
       plannedTurn(
         request,
-        request.step === 'related' ? { prompt_tokens: 5_000, completion_tokens: 30 } : undefined,
+        request.step === 'related' ? { prompt_tokens: 100_000, completion_tokens: 30 } : undefined,
       ),
     );
     const local = await tempParts(defer, {
@@ -214,7 +216,7 @@ describe('an agent step on the time-skipping server', () => {
         MODEL_TPM: '10000000',
       },
     });
-    const input = { ...(await agentInput(local)), budget: { id: `budget-${randomUUID()}`, tokens: 3_000 } };
+    const input = { ...(await agentInput(local)), budget: { id: `budget-${randomUUID()}`, tokens: 40_000 } };
     const result = await withPipeline(env, local, input, (handle) => handle.result());
     assert.equal(result.related?.agent.outcome, 'budget');
     assert.equal(result.related.agent.turns, 1);

@@ -74,7 +74,7 @@ function reorderedWorkflows(): string {
   }
   const file = path.join(dir, 'workflows', 'index.ts');
   const source = fs.readFileSync(file, 'utf8');
-  const sequential = '    return { summary: await summarize(), tags: await tag() };\n';
+  const sequential = '      : [await summarize(), await tag()];\n';
   assert.ok(
     source.includes(sequential),
     'the sequential path of workflows/index.ts changed: update this test',
@@ -83,7 +83,7 @@ function reorderedWorkflows(): string {
     file,
     source.replace(
       sequential,
-      '    const tags = await tag();\n    return { summary: await summarize(), tags };\n',
+      '      : await tag().then(async (tags) => [await summarize(), tags] as const);\n',
     ),
   );
   return path.join(dir, 'workflows');

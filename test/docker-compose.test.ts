@@ -327,6 +327,12 @@ describe('docker-compose.yml', () => {
       'BULK_ROUNDS',
       'BULK_POLL_SECONDS',
       'BULK_POLL_MAX_SECONDS',
+      // Agent steps are turned on, with their limits, by the submitting client in the runs' input.
+      'AGENT',
+      'AGENT_MAX_TURNS',
+      'AGENT_MAX_TOKENS',
+      'AGENT_MAX_COST_USD',
+      'AGENT_HISTORY_EVENTS',
     ]);
     const given = new Set(rawEnvironment(service(loadCompose(), 'worker')).keys());
     const missing = CONFIG_VARIABLES.filter((v) => !hostOnly.has(v) && !given.has(v));
