@@ -1,24 +1,25 @@
 /**
- * The workflow's fast path for its input: isCompletePipelineInput takes an input as it is only when
- * PipelineInputSchema (the one definition, checked by the worker) would return it unchanged. Property-based, over
- * valid inputs and every kind of damage to them; and our clients' inputs take the fast path.
+ * The run's input is complete (taken as it is, no command issued) only when PipelineInputSchema, the one
+ * definition, returns it unchanged: property-based, over valid inputs and every kind of damage to them; and our
+ * clients' inputs are complete.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { BatchOptionsSchema } from '../src/contract/batch';
 import {
+  completePipelineInput,
   INPUT_SCHEMA_VERSION,
   ModelStepFieldsSchema,
   OPTION_LIMITS,
   PipelineInputSchema,
   PipelineOptionsSchema,
 } from '../src/contract';
-import { isCompletePipelineInput, isModelStepFields } from '../src/contract/plain';
+import { isModelStepFields } from '../src/contract/plain';
 
 const optionNames = Object.keys(OPTION_LIMITS) as (keyof typeof OPTION_LIMITS)[];
 
-// As JSON decodes them: plain objects (fast-check would also make null-prototype ones, which the fast path leaves
+// As JSON decodes them: plain objects (fast-check would also make null-prototype ones, which JSON never decodes
 // to the worker's check).
 const validInput = fc.record(
   {
@@ -73,14 +74,19 @@ const damagedInput = fc
     return copy;
   });
 
-describe('isCompletePipelineInput', () => {
+describe('completePipelineInput', () => {
   it('takes an input as it is only when the schema would return it unchanged', () => {
     fc.assert(
       fc.property(fc.oneof(damagedInput, validInput, fc.anything()), (input) => {
-        if (!isCompletePipelineInput(input)) return;
+        const complete = completePipelineInput(input);
         const parsed = PipelineInputSchema.safeParse(input);
+        if (complete === undefined) {
+          // Refused, or changed by the schema (a default filled in): never taken as it is.
+          if (parsed.success) assert.notDeepEqual(parsed.data, input, JSON.stringify(input));
+          return;
+        }
         assert.ok(parsed.success, JSON.stringify(input));
-        assert.deepEqual(parsed.data, input);
+        assert.deepEqual(complete, input);
       }),
       { numRuns: 3_000 },
     );
@@ -89,7 +95,7 @@ describe('isCompletePipelineInput', () => {
   it('takes every complete valid input, so runs our clients start check nothing in the worker', () => {
     fc.assert(
       fc.property(validInput, (input) => {
-        assert.ok(isCompletePipelineInput(input), JSON.stringify(input));
+        assert.deepEqual(completePipelineInput(input), input, JSON.stringify(input));
       }),
       { numRuns: 1_000 },
     );
@@ -103,12 +109,19 @@ describe('isCompletePipelineInput', () => {
       title: 'Notes',
     };
     assert.ok(
-      isCompletePipelineInput({ ...base, options: PipelineOptionsSchema.parse({ stepBudgetMinutes: 5 }) }),
+      completePipelineInput({ ...base, options: PipelineOptionsSchema.parse({ stepBudgetMinutes: 5 }) }),
     );
-    assert.ok(isCompletePipelineInput({ ...base, options: BatchOptionsSchema.parse({}).pipeline }));
-    // A partial input (the Temporal CLI, an older client) goes to the worker's check instead.
-    assert.equal(isCompletePipelineInput({ ...base, options: { maxTags: 5 } }), false);
-    assert.equal(isCompletePipelineInput(base), false);
+    assert.ok(completePipelineInput({ ...base, options: BatchOptionsSchema.parse({}).pipeline }));
+    const agent = {
+      maxTurns: 8,
+      maxTokens: 20_000,
+      historyEvents: 2_000,
+      corpusRef: `sha256:${'b'.repeat(64)}`,
+    };
+    assert.ok(completePipelineInput({ ...base, options: BatchOptionsSchema.parse({}).pipeline, agent }));
+    // A partial input (the Temporal CLI, an older client) is filled in by the schema in the run instead.
+    assert.equal(completePipelineInput({ ...base, options: { maxTags: 5 } }), undefined);
+    assert.equal(completePipelineInput(base), undefined);
   });
 });
 

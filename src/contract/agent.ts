@@ -62,25 +62,3 @@ export interface AgentSummary {
   /** Turns whose answer came from the memo (paid by an earlier attempt). */
   memoisedTurns: number;
 }
-
-/** True when `value` is what AgentSettingsSchema accepts, exactly (the workflow's fast path). */
-export function isAgentSettings(value: unknown): boolean {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const record = value as Record<string, unknown>;
-  const known = ['maxTurns', 'maxTokens', 'maxCostUsd', 'historyEvents', 'corpusRef'];
-  if (!Object.keys(record).every((k) => known.includes(k))) return false;
-  const within = (name: keyof typeof AGENT_LIMITS): boolean => {
-    const n = record[name];
-    const { min, max } = AGENT_LIMITS[name];
-    return typeof n === 'number' && Number.isInteger(n) && n >= min && n <= max;
-  };
-  const { maxCostUsd, corpusRef } = record;
-  return (
-    within('maxTurns') &&
-    within('maxTokens') &&
-    within('historyEvents') &&
-    (maxCostUsd === undefined ||
-      (typeof maxCostUsd === 'number' && Number.isFinite(maxCostUsd) && maxCostUsd > 0)) &&
-    (corpusRef === undefined || (typeof corpusRef === 'string' && /^sha256:[0-9a-f]{64}$/.test(corpusRef)))
-  );
-}

@@ -30,6 +30,7 @@ import type {
   Usage,
 } from './plain';
 import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
+import { canonicalJson } from '../lib/canonical-json';
 
 export * from './plain';
 
@@ -258,7 +259,18 @@ export const PipelineInputSchema = z
 export type PipelineInput = z.input<typeof PipelineInputSchema>;
 /** The input as the workflow uses it: checked, with the options' defaults filled in. */
 export type CheckedPipelineInput = z.output<typeof PipelineInputSchema>;
-/** Compile-time proof that the workflow's fast path (isCompletePipelineInput) promises exactly this type. */
+/**
+ * The input as it is, where it is already what PipelineInputSchema returns for it, unchanged (every option present,
+ * nothing else): what the kit's clients send. The one definition of a complete input is the schema; undefined for
+ * anything the schema refuses or would change (a missing option filled in), which the run checks as an older run
+ * did (src/workflow/checks.ts).
+ */
+export function completePipelineInput(input: unknown): CheckedPipelineInput | undefined {
+  const parsed = PipelineInputSchema.safeParse(input);
+  return parsed.success && canonicalJson(parsed.data) === canonicalJson(input) ? parsed.data : undefined;
+}
+
+/** Compile-time proof that the workflow-safe name for a checked input (plain.ts) is exactly this type. */
 const fastPathType: [CheckedPipelineInput, CompletePipelineInput] extends [
   CompletePipelineInput,
   CheckedPipelineInput,

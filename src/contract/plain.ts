@@ -7,7 +7,6 @@
  * complete (src/workflow/checks.ts).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { MAX_REVIEW_MINUTES, REVIEW_POLICIES } from './review';
 import type { ReviewOutcome, ReviewOutcomeName, ReviewSettings } from './review';
 
 export const DEFAULT_TASK_QUEUE = 'document-pipeline';
@@ -16,7 +15,6 @@ export type { JsonValue, ModelInfo } from './values';
 import type { ModelInfo } from './values';
 export * from './agent';
 import type { AgentSettings, AgentSummary } from './agent';
-import { isAgentSettings } from './agent';
 
 /** A model call's tokens (UsageSchema in ./index.ts says what each counts). */
 export type Usage = {
@@ -245,73 +243,6 @@ export interface CompletePipelineInput {
   review?: ReviewSettings;
   /** The run's agent steps are on, within these limits (src/contract/agent.ts, docs/agent.md). */
   agent?: AgentSettings;
-}
-
-/**
- * True when `input` is already what PipelineInputSchema would return, unchanged: every field and option present,
- * valid, and nothing else. The workflow takes such an input as it is, without building a schema in the sandbox;
- * anything else (a missing option, a bad field) goes to the schema (src/workflow/checks.ts), which fills in
- * defaults and words the failure. Our clients always send complete inputs. test/input-check.test.ts holds this to
- * the schema.
- */
-export function isCompletePipelineInput(input: unknown): input is CompletePipelineInput {
-  const fields = ['schemaVersion', 'documentId', 'textRef', 'title', 'options'];
-  if (!isPlainRecord(input)) return false;
-  const optional = ['budget', 'review', 'agent'].filter((name) => name in input);
-  if (!hasExactly(input, [...fields, ...optional])) return false;
-  if ('budget' in input && !isBudgetInput(input.budget)) return false;
-  if ('review' in input && !isReviewSettings(input.review)) return false;
-  if ('agent' in input && !isAgentSettings(input.agent)) return false;
-  const { schemaVersion, documentId, textRef, title, options } = input;
-  if (schemaVersion !== INPUT_SCHEMA_VERSION) return false;
-  if (typeof documentId !== 'string' || !DOCUMENT_ID.test(documentId)) return false;
-  if (typeof textRef !== 'string' || !TEXT_REF.test(textRef)) return false;
-  if (typeof title !== 'string' || title.length < TITLE_LENGTH.min || title.length > TITLE_LENGTH.max)
-    return false;
-  const names = Object.keys(OPTION_LIMITS) as OptionName[];
-  if (!isPlainRecord(options) || !hasExactly(options, names)) return false;
-  return names.every((name) => {
-    const value = options[name];
-    const { min, max } = OPTION_LIMITS[name];
-    return typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
-  });
-}
-
-/** What ReviewSettingsSchema accepts, exactly (src/contract/index.ts). */
-function isReviewSettings(value: unknown): boolean {
-  if (!isPlainRecord(value) || !hasExactly(value, ['timeoutMinutes', 'onTimeout'])) return false;
-  const { timeoutMinutes, onTimeout } = value;
-  return (
-    typeof timeoutMinutes === 'number' &&
-    Number.isInteger(timeoutMinutes) &&
-    timeoutMinutes >= 1 &&
-    timeoutMinutes <= MAX_REVIEW_MINUTES &&
-    REVIEW_POLICIES.some((policy) => policy === onTimeout)
-  );
-}
-
-/** What BudgetInputSchema accepts, exactly (src/contract/index.ts). */
-function isBudgetInput(value: unknown): boolean {
-  if (!isPlainRecord(value) || typeof value.id !== 'string' || !BUDGET_ID.test(value.id)) return false;
-  const measures = Object.keys(value).filter((k) => k !== 'id');
-  if (!measures.every((k) => k === 'tokens' || k === 'usd')) return false;
-  const { tokens, usd } = value;
-  return (
-    (tokens === undefined || (typeof tokens === 'number' && Number.isInteger(tokens) && tokens > 0)) &&
-    (usd === undefined || (typeof usd === 'number' && Number.isFinite(usd) && usd > 0))
-  );
-}
-
-function isPlainRecord(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  // As JSON decodes them; anything else (a class instance, a null prototype) goes to the worker's check.
-  return Object.getPrototypeOf(value) === Object.prototype;
-}
-
-/** Own enumerable keys exactly `keys`, no more, no fewer. */
-function hasExactly(record: Record<string, unknown>, keys: readonly string[]): boolean {
-  const own = Object.keys(record);
-  return own.length === keys.length && keys.every((key) => Object.hasOwn(record, key));
 }
 
 /**

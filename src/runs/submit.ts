@@ -72,7 +72,7 @@ export async function submitDocument(
     documentId: document.documentId,
     textRef: version,
     title: document.title,
-    // Complete, with the defaults filled in: the workflow takes such an input as it is (isCompletePipelineInput).
+    // Complete, with the defaults filled in: the workflow takes such an input as it is (completePipelineInput).
     // Options it would refuse go as they are, and the run fails saying what is wrong with them.
     options: completeOptions.success ? completeOptions.data : options,
   };

@@ -1,6 +1,6 @@
 import { ActivityFailure, ApplicationFailure, patched, proxyLocalActivities } from '@temporalio/workflow';
 import type { CheckedBatchInput } from '../contract/batch';
-import { FailureType, isCompletePipelineInput, refuseOtherSchemaVersions } from '../contract/plain';
+import { FailureType, refuseOtherSchemaVersions } from '../contract/plain';
 import type { CompletePipelineInput } from '../contract/plain';
 import type { KitActivities } from '../steps/activities';
 
@@ -18,16 +18,19 @@ const { checkPipelineInput, checkBatchInput } = proxyLocalActivities<KitActiviti
  * history's own input, so what a replay sees cannot depend on when the first task ended. A local activity did
  * this before: when queries came while it ran, the worker ended the first task with the check's marker alone and
  * the run's patch markers went to the second, while a replay resolves the check within the first task, where no
- * patch is known, so patched() answered false there (TMPRL1100, test/first-task.test.ts). A complete input (what
- * the kit's clients send) is taken as it is; anything else is held to the schema, which fills in defaults and
- * words the failure. The schema module is evaluated only then (an eager import: no chunk, no I/O), so a complete input never
- * builds the schemas in the sandbox.
+ * patch is known, so patched() answered false there (TMPRL1100, test/first-task.test.ts). One schema decides:
+ * an input it returns unchanged (what the kit's clients send) issues no command, as it never did; anything else is
+ * held to it in the run, which fills in defaults and words the failure, behind the patch for older runs.
  */
 export async function checkedPipelineInput(rawInput: unknown): Promise<CompletePipelineInput> {
   refuseOtherSchemaVersions(rawInput);
-  if (isCompletePipelineInput(rawInput)) return rawInput;
+  // An eager import: in the bundle, no chunk and no I/O; the schemas are built in the run that needs them.
+  const { completePipelineInput, parseOrFail, PipelineInputSchema } = await import(
+    /* webpackMode: "eager" */ '../contract'
+  );
+  const complete = completePipelineInput(rawInput);
+  if (complete !== undefined) return complete;
   if (!patched('input-checked-in-run')) return asRunsOwnCheck(checkPipelineInput(rawInput));
-  const { parseOrFail, PipelineInputSchema } = await import(/* webpackMode: "eager" */ '../contract');
   return parseOrFail(PipelineInputSchema, rawInput, 'pipeline input');
 }
 
