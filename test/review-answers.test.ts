@@ -132,7 +132,7 @@ describe('a run whose draft cannot be read', () => {
           new RegExp(`${workflowId} awaits review, but its draft could not be read: .+`),
         );
 
-        const page = await startReviewPage(env.client, local.blobs, { port: 0 });
+        const page = await startReviewPage(env.client, local.blobs, { port: 0, reviewer: 'ana' });
         defer(() => page.close());
         const shown = await getPage(page.url);
         assert.equal(shown.status, 200);
@@ -214,7 +214,7 @@ describe('names and servers', () => {
       let down = false;
       defer(() => (down ? undefined : other.teardown()));
       const local = await tempParts(defer);
-      const page = await startReviewPage(other.client, local.blobs, { port: 0 });
+      const page = await startReviewPage(other.client, local.blobs, { port: 0, reviewer: 'ana' });
       defer(() => page.close());
       assert.equal((await getPage(page.url)).status, 200);
       await other.teardown();
