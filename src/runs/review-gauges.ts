@@ -65,6 +65,7 @@ export function sampleReviewQueue(
   });
   timeout.set(timeoutSeconds);
   let running: Promise<void> | undefined;
+  let toldUnregistered = false;
 
   async function once(): Promise<void> {
     try {
@@ -82,6 +83,18 @@ export function sampleReviewQueue(
       awaiting.set(count);
       oldest.set(startedAt === undefined ? 0 : Math.max(0, (Date.now() - startedAt) / 1000));
     } catch (err) {
+      if (invalidQuery(err)) {
+        // No ReviewStatus search attribute on this namespace: no run can await review here (src/contract/review.ts).
+        awaiting.set(0);
+        oldest.set(0);
+        if (!toldUnregistered)
+          logger().warn(
+            `The review queue's gauges read 0: the server refuses the query ${AWAITING_REVIEW_QUERY} (${String(err)}); ` +
+              'runs with a review need the ReviewStatus search attribute (docs/review.md)',
+          );
+        toldUnregistered = true;
+        return;
+      }
       failed.inc();
       logger().warn({ err }, `The review queue's gauges were not sampled: ${String(err)}`);
     }
@@ -91,4 +104,11 @@ export function sampleReviewQueue(
   const timer = setInterval(() => void sample(), everyMs);
   timer.unref();
   return { sample, stop: () => clearInterval(timer) };
+}
+
+/** gRPC's INVALID_ARGUMENT anywhere in the error's causes: the server refused the query itself, not a moment's outage. */
+function invalidQuery(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause)
+    if ((e as { code?: unknown }).code === 3) return true;
+  return false;
 }
