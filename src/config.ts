@@ -371,6 +371,8 @@ export interface Config {
    * REVIEW_TIMEOUT_HOURS (default 72), then ends by REVIEW_ON_TIMEOUT (`reject`, the default, or `publish`).
    */
   review: ReviewSettings | undefined;
+  /** REVIEW_TIMEOUT_HOURS and REVIEW_ON_TIMEOUT, REVIEW on or off: the deadline a worker's review gauges compare with. */
+  reviewDeadline: ReviewSettings;
   /**
    * AGENT=on: every document's agent steps run (docs/agent.md), within AGENT_MAX_TURNS, AGENT_MAX_TOKENS and
    * AGENT_MAX_COST_USD, continuing as new past AGENT_HISTORY_EVENTS; off (the default) they do not.
@@ -488,6 +490,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       e.REVIEW === 'on'
         ? { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT }
         : undefined,
+    reviewDeadline: { timeoutMinutes: e.REVIEW_TIMEOUT_HOURS * 60, onTimeout: e.REVIEW_ON_TIMEOUT },
     agent:
       e.AGENT === 'on'
         ? {

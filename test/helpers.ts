@@ -539,6 +539,7 @@ export async function startMetricsWorker(
   env: TestWorkflowEnvironment,
   dataDir: string,
   taskQueue: string,
+  extraEnv: NodeJS.ProcessEnv = {},
 ): Promise<{ worker: WorkerProcess; metricsPort: number }> {
   const metricsPort = await freePort();
   const worker = await startWorkerProcess({
@@ -549,6 +550,7 @@ export async function startMetricsWorker(
     DATA_DIR: dataDir,
     METRICS_PORT: String(metricsPort),
     LOG_LEVEL: 'warn',
+    ...extraEnv,
   });
   defer(async () => void (await worker.kill()));
   return { worker, metricsPort };

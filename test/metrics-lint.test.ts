@@ -13,6 +13,7 @@ import { before, describe, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePromtool } from '../scripts/tools/promtool';
 import { loadConfig } from '../src/config';
+import { REVIEW_GAUGE_NAMES } from '../src/runs/review-gauges';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
 import { connectClient } from '../src/temporal/connection';
 import { devServerEnv, pipelineInput, SAMPLE_TEXT, startMetricsWorker, tempParts } from './helpers';
@@ -83,6 +84,9 @@ describe('metrics lint', () => {
           page,
           new RegExp(`^# TYPE ${name} ${name.endsWith('_seconds') ? 'histogram' : 'counter'}$`, 'm'),
         );
+      // The review queue's gauges (sampled from the server's index), and the count of samples that failed.
+      for (const name of REVIEW_GAUGE_NAMES) assert.match(page, new RegExp(`^# TYPE ${name} gauge$`, 'm'));
+      assert.match(page, /^# TYPE pipeline_review_samples_failed_total counter$/m);
       assert.match(page, /^# TYPE process_cpu_seconds_total counter$/m);
 
       const { code, output } = await promtoolCheck(promtool, page);

@@ -285,6 +285,26 @@ describe('a review in the document trace', () => {
       assert.equal(parent?.name, 'RunWorkflow:documentPipeline');
       assert.equal(review.attributes.outcome, 'approved');
       assert.equal(review.attributes.reviewer, 'ana');
+      // The decision's update is in the document's trace too (the SDK would start a trace of its own for it),
+      // under the run's span, with its update ID.
+      let handled: DecodedSpan | undefined;
+      for (const deadline = Date.now() + 30_000; handled === undefined; await sleep(250)) {
+        const all = await receiver.spans();
+        handled = all.find((s) => s.name === 'HandleUpdate:review');
+        assert.ok(
+          handled !== undefined || Date.now() < deadline,
+          `no HandleUpdate:review span reached the receiver: ${all.map((s) => s.name).join(', ')}`,
+        );
+      }
+      const traced = await receiver.spans();
+      assert.equal(handled.traceId, review.traceId, renderTrace(traced, review.traceId));
+      assert.equal(handled.parentSpanId, parent?.spanId, renderTrace(traced, review.traceId));
+      assert.ok(handled.attributes.temporalUpdateId, 'the update span has no update ID');
+      assert.ok(
+        traced.some((s) => s.name === 'ValidateUpdate:review' && s.traceId === review.traceId),
+        renderTrace(traced, review.traceId),
+      );
+      console.log(`the reviewed document's trace:\n${renderTrace(traced, review.traceId)}`);
     },
   );
 });

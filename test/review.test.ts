@@ -44,7 +44,10 @@ before(async () => {
 });
 
 /** `npm run review -- <args>` against the test's server, as a person runs it. */
-async function reviewCli(args: string[]): Promise<{ stdout: string; stderr: string; code: number }> {
+async function reviewCli(
+  args: string[],
+  reviewer = 'ana',
+): Promise<{ stdout: string; stderr: string; code: number }> {
   try {
     const { stdout, stderr } = await run(
       process.execPath,
@@ -52,7 +55,7 @@ async function reviewCli(args: string[]): Promise<{ stdout: string; stderr: stri
       {
         cwd: ROOT,
         timeout: 60_000,
-        env: { ...process.env, TEMPORAL_ADDRESS: env.address, REVIEWER: 'ana', LOG_LEVEL: 'error' },
+        env: { ...process.env, TEMPORAL_ADDRESS: env.address, REVIEWER: reviewer, LOG_LEVEL: 'error' },
       },
     );
     return { stdout, stderr, code: 0 };
@@ -154,7 +157,11 @@ describe('REVIEW=on on the dev server', () => {
         const rejected = await reviewCli(['reject', rejectId, '--reason', 'off topic']);
         assert.equal(rejected.code, 0, rejected.stderr);
         assert.match(rejected.stdout, /rejected \("off topic"\) by ana/);
-        const again = await reviewCli(['approve', rejectId, '--reviewer', 'bo']);
+        // The name a decision records is the configured identity: a typed --reviewer is refused, saying what to set.
+        const typed = await reviewCli(['approve', rejectId, '--reviewer', 'bo']);
+        assert.notEqual(typed.code, 0);
+        assert.match(typed.stderr, /--reviewer is not accepted: .*Set REVIEWER/);
+        const again = await reviewCli(['approve', rejectId], 'bo');
         assert.equal(again.code, 1);
         assert.match(again.stderr, /refused: .*already decided: rejected \("off topic"\) by ana/);
         const malformed = await reviewCli(['reject', approveId]);

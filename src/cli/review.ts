@@ -26,8 +26,8 @@ const USAGE = [
   '  npm run review -- reject <document>... --reason "..."   publish nothing; the reason is kept',
   '  npm run review -- edit <document>... [--summary "..."] [--tag a --tag b]  publish with these fields instead',
   '  npm run review -- serve [--host H] [--port N]          the review page (loopback, port 8790, by default)',
-  'Options: --reviewer NAME (default: REVIEWER, else your login name). <document> is a document ID or its',
-  'workflow ID (document-<id>), as the list shows.',
+  'A decision records who made it: the REVIEWER setting, else your login name. <document> is a document ID or',
+  'its workflow ID (document-<id>), as the list shows.',
 ].join('\n');
 
 /**
@@ -52,16 +52,18 @@ async function run(): Promise<void> {
     console.log(USAGE);
     return;
   }
+  // Who decides is the configured identity, never a name typed beside the decision: anyone could type any name.
+  if (values.reviewer !== undefined)
+    throw new UserFacingError(
+      '--reviewer is not accepted: a decision records the configured identity. Set REVIEWER (in the environment) ' +
+        `to the name to decide under; without it, your login name (${os.userInfo().username}) is used.`,
+    );
   const [command = 'list', ...documents] = positionals;
   const config = loadConfig();
-  if (command === 'serve')
-    return serve(config, {
-      ...values,
-      reviewer: values.reviewer ?? config.reviewer ?? os.userInfo().username,
-    });
+  const reviewer = config.reviewer ?? os.userInfo().username;
+  if (command === 'serve') return serve(config, { ...values, reviewer });
   if (command !== 'list' && (!['approve', 'reject', 'edit'].includes(command) || documents.length === 0))
     throw new UserFacingError(USAGE);
-  const reviewer = values.reviewer ?? config.reviewer ?? os.userInfo().username;
   const decision = decisionOf(command, reviewer, values);
   const { client, close } = await connectClient(config, { connectTimeout: '10 seconds' });
   try {

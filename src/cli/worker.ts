@@ -1,7 +1,10 @@
 import './compose';
 import { loadConfig } from '../config';
 import { runMain } from '../lib/run-main';
+import { sampleReviewQueue } from '../runs/review-gauges';
+import { connectClient } from '../temporal/connection';
 import { installRuntime } from '../temporal/runtime';
+import { processMetrics } from '../telemetry/metrics';
 import { servePipeline } from '../temporal/serve';
 
 /**
@@ -11,9 +14,22 @@ import { servePipeline } from '../temporal/serve';
 async function run(): Promise<void> {
   const config = loadConfig();
   const telemetry = await installRuntime(config);
+  // With a metrics page, the review queue's gauges: sampled from the server's index, never from a run's history.
+  const queue =
+    telemetry.metricsPage === undefined
+      ? undefined
+      : await connectClient(config, { connectTimeout: '10 seconds' });
+  const gauges =
+    queue === undefined
+      ? undefined
+      : sampleReviewQueue(queue.client, processMetrics().registry, {
+          timeoutSeconds: config.reviewDeadline.timeoutMinutes * 60,
+        });
   try {
     await servePipeline(config);
   } finally {
+    gauges?.stop();
+    await queue?.close();
     await telemetry.close();
   }
 }
