@@ -197,10 +197,42 @@ describe('an agent step on the time-skipping server', () => {
     assert.equal(result.related.crossReference, 'xref-1');
   });
 
+  it('ends at its dollar limit with a clear outcome, priced through MODEL_PRICES', async () => {
+    // 200 prompt and 30 completion tokens a turn at $1,000 per million each: $0.23 a turn. A limit of $0.30 lets
+    // turn 2 go (after turn 1, $0.23 is under it) and ends the loop after it ($0.46).
+    const server = await modelServerFor(defer, (request) => plannedTurn(request));
+    const xref = await receiver();
+    const local = await tempParts(defer, {
+      model: 'configured',
+      env: {
+        MODEL: 'openai-compatible:gpt-4o-mini',
+        OPENAI_BASE_URL: server.baseUrl,
+        MODEL_PRICES: '{"gpt-4o-mini": {"inputPerMillion": 1000, "outputPerMillion": 1000}}',
+        MODEL_RPM: '10000',
+        MODEL_TPM: '10000000',
+        AGENT_TOOL_URL: xref.url,
+      },
+    });
+    const input = await agentInput(local, { maxCostUsd: 0.3 });
+    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    assert.equal(result.related?.agent.outcome, 'cost-limit');
+    assert.equal(result.related.agent.turns, 2);
+    assert.equal(result.related.related, undefined);
+    assert.ok(
+      Math.abs((result.related.estimatedCostUsd ?? 0) - 0.46) < 1e-9,
+      `cost ${result.related.estimatedCostUsd}`,
+    );
+    assert.equal(
+      server.requests.filter((r) => r.step === 'related').length,
+      2,
+      'a turn was paid past the dollar limit',
+    );
+    assert.ok(result.publication !== undefined, 'the run did not publish');
+  });
+
   it("ends at the run's budget with a clear outcome, paying nothing past it", async () => {
-    // The budget holds each call at its worst case (its bytes, the framing, its whole answer), so it leaves room for
-    // summarize, tag and turn 1; turn 1 then reports more prompt tokens than the whole budget, and turn 2's hold no
-    // longer fits.
+    // Turn 1 reports many prompt tokens: the run's budget then has no room for turn 2's reservation. 6,000 tokens
+    // leave room for turn 1's own (its worst case, ~3,100 tokens: the document, the tools, the answer's limit).
     const server = await modelServerFor(defer, (request) =>
       plannedTurn(
         request,
@@ -216,9 +248,25 @@ describe('an agent step on the time-skipping server', () => {
         MODEL_TPM: '10000000',
       },
     });
-    const input = { ...(await agentInput(local)), budget: { id: `budget-${randomUUID()}`, tokens: 40_000 } };
-    const result = await withPipeline(env, local, input, (handle) => handle.result());
+    const input = { ...(await agentInput(local)), budget: { id: `budget-${randomUUID()}`, tokens: 6_000 } };
+    const { result, refusals } = await withPipeline(env, local, input, async (handle) => {
+      const result = await handle.result();
+      // The refusal as the loop's history records it (the worker logs the same message).
+      const history = await env.client.workflow.getHandle(`${handle.workflowId}:related`).fetchHistory();
+      const refusals = (history.events ?? []).flatMap((e) => {
+        const message = e.activityTaskFailedEventAttributes?.failure?.message;
+        return message ? [message] : [];
+      });
+      return { result, refusals };
+    });
     assert.equal(result.related?.agent.outcome, 'budget');
+    // It says what happens: the loop ends and the run goes on, not that the run waits for a raise.
+    assert.equal(refusals.length, 1, refusals.join('\n'));
+    assert.match(
+      refusals[0] ?? '',
+      /the agent loop ends with outcome budget and the run goes on without its answer/,
+    );
+    assert.doesNotMatch(refusals[0] ?? '', /the run waits/);
     assert.equal(result.related.agent.turns, 1);
     assert.equal(
       server.requests.filter((r) => r.step === 'related').length,

@@ -40,6 +40,12 @@ import type { Stores } from '../src/store/open';
 import type { WorkerProcess } from '../demo/worker-process';
 import { startModelServer } from '../demo/model-server';
 import type { ChatRequest, ModelServer } from '../demo/model-server';
+import { startCrossReferenceServer } from '../demo/cross-reference-server';
+import type { CrossReferenceServer } from '../demo/cross-reference-server';
+import { ManifestWriter } from '../src/documents/manifest';
+import type { AgentSettings } from '../src/contract';
+import type { PipelineResult } from '../src/cli/compose';
+import { plannedTurn } from './agent-model';
 import { closeServer, listenOnLoopback, readBody } from '../src/lib/loopback';
 import { completion, startCrashableWorker, writeWorkflowBundle } from './helpers';
 import { mulberry32 } from './random';
@@ -53,7 +59,12 @@ const SEED = process.env.CHAOS_SEED ? Number(process.env.CHAOS_SEED) : randomInt
 if (!Number.isSafeInteger(SEED))
   throw new Error(`CHAOS_SEED must be a whole number, not "${process.env.CHAOS_SEED}"`);
 
-type EventKind = 'kill in a model call' | 'kill after a publish' | 'stall in a model call' | 'kill at random';
+type EventKind =
+  | 'kill in a model call'
+  | 'kill after a publish'
+  | 'kill after a cross-reference'
+  | 'stall in a model call'
+  | 'kill at random';
 /**
  * How long the run is: `full` (what .ci/run sets) plays the whole plan; `short`, the default of `npm test`, one
  * event of each kind that needs a moment (and the dev server restart), so the suite stays quick on a laptop.
@@ -68,10 +79,16 @@ const EVENTS: EventKind[] =
     ? [
         ...Array<EventKind>(3).fill('kill in a model call'),
         ...Array<EventKind>(2).fill('kill after a publish'),
+        'kill after a cross-reference',
         ...Array<EventKind>(2).fill('stall in a model call'),
         'kill at random',
       ]
-    : ['kill in a model call', 'kill after a publish', 'stall in a model call'];
+    : [
+        'kill in a model call',
+        'kill after a publish',
+        'kill after a cross-reference',
+        'stall in a model call',
+      ];
 const SERVER_RESTARTS = 1;
 /**
  * A stall outlasts the heartbeat timeout (10 s) plus the first retry's wait (2 s), so the other host takes the
@@ -80,6 +97,8 @@ const SERVER_RESTARTS = 1;
 const STALL_MS: [number, number] = [16_000, 22_000];
 /** How long to wait for a moment of the planned kind before acting at whatever moment it is. */
 const WAIT_FOR_MOMENT_MS = 20_000;
+/** Turns of the related step's loop as the stand-in model plans it (test/agent-model.ts): search, file, answer. */
+const AGENT_TURNS = 3;
 /** Documents kept unpublished while the plan runs. */
 const IN_FLIGHT = 4;
 const SUBMIT_EVERY_MS = 1_500;
@@ -238,6 +257,40 @@ async function startFleetReceiver(
   });
 }
 
+/**
+ * The agent step's receiver of cross-references (demo/cross-reference-server.ts, which dedupes by Idempotency-Key,
+ * as the related step's changing tool relies on), behind a link per host, so each effect is traced to the host
+ * that sent it. `afterEffect` runs after an effect and before the reply, with the sending host.
+ */
+async function startFleetCrossReferences(): Promise<{
+  server: CrossReferenceServer;
+  urlFor(host: HostName): string;
+  hostOf(key: string): HostName | undefined;
+  close(): Promise<void>;
+}> {
+  const server = await startCrossReferenceServer();
+  const senders = new Map<string, HostName>();
+  const links = new Map<HostName, Link>();
+  for (const host of HOSTS) {
+    const link = await startLink(server.url, {
+      hold: ({ key }) => {
+        if (key !== undefined) senders.set(key, host);
+        return false;
+      },
+    });
+    links.set(host, link);
+  }
+  return {
+    server,
+    urlFor: (host) => links.get(host)?.url ?? '',
+    hostOf: (key) => senders.get(key),
+    close: async () => {
+      for (const link of links.values()) await link.close();
+      await server.close();
+    },
+  };
+}
+
 /** A few short notes beyond the shipped samples, so the batch keeps going for the whole plan. */
 function generatedDocument(n: number, version = 1): DocumentFile {
   const topics = ['lighthouse keeping', 'glacier surveys', 'letterpress printing', 'railway signalling'];
@@ -335,6 +388,7 @@ describe('chaos', { concurrency: true }, () => {
       let env: TestWorkflowEnvironment | undefined;
       let model: ModelServer;
       let receiver: Awaited<ReturnType<typeof startFleetReceiver>>;
+      let xrefs: Awaited<ReturnType<typeof startFleetCrossReferences>>;
       let stores: Stores;
       let bundlePath: string;
       /** Set by `after`: a scenario that failed (or timed out) stops its feeder and operator with it. */
@@ -366,6 +420,7 @@ describe('chaos', { concurrency: true }, () => {
             MODEL: '',
             OPENAI_API_KEY: '',
             PUBLISH_WEBHOOK_URL: receiver.urlFor(host),
+            AGENT_TOOL_URL: xrefs.urlFor(host),
             WORKFLOW_BUNDLE_PATH: bundlePath,
             WORKER_IDENTITY: `${host}-worker-${processes.length + 1}`,
           },
@@ -388,11 +443,15 @@ describe('chaos', { concurrency: true }, () => {
         // A slow paid model: every answer takes 1 to 3 s, so kills and stalls land inside calls.
         model = await startModelServer((request) => {
           debug(`model: ${request.step} ${keyOf(request)} via ${request.route ?? '?'}`);
+          // An agent turn is answered with the related step's next tool call (OpenAI's tool_calls), a little
+          // faster than the one-question steps, so a loop of three turns does not stretch the run much.
+          if (request.step === 'related') return { ...plannedTurn(request), delayMs: between(500, 1_500) };
           const content =
             request.step === 'tag' ? '{"tags": ["chaos", "recovery"]}' : `A summary for ${keyOf(request)}.`;
           return { body: completion(content), delayMs: between(1_000, 3_000) };
         });
         receiver = await startFleetReceiver(dedupes, dir, debug);
+        xrefs = await startFleetCrossReferences();
         stores = await openStores(
           loadConfig({ DATABASE_URL: databaseUrl, DATA_DIR: path.join(dir, 'client') }),
         );
@@ -409,6 +468,7 @@ describe('chaos', { concurrency: true }, () => {
           }
           await env?.teardown();
           await receiver?.close();
+          await xrefs?.close();
           await model?.close();
           await stores?.close();
           for (const cleanup of cleanups.reverse()) await cleanup();
@@ -441,6 +501,23 @@ describe('chaos', { concurrency: true }, () => {
           assert.equal(samples.length, 4);
           const versions = new Map<string, number>();
           const submitted: DocumentFile[] = [];
+          // Every other document runs its agent step (the related step, AGENT=on) over the samples as its corpus:
+          // the kills land inside agent loops as well as in runs without one.
+          const corpus = new ManifestWriter(stores.blobs);
+          for (const sample of samples) {
+            await corpus.add({
+              documentId: sample.documentId,
+              textRef: await stores.blobs.put(sample.bytes),
+              title: sample.title,
+              source: sample.source,
+            });
+          }
+          const { manifestRef: corpusRef } = await corpus.finish();
+          assert.ok(corpusRef !== undefined);
+          const agent: AgentSettings = { maxTurns: 8, maxTokens: 200_000, historyEvents: 2_000, corpusRef };
+          const agentDocuments = new Set<string>();
+          /** Versions submitted with the agent on. */
+          let agentVersions = 0;
           let feeding = true;
           let lastSubmitAt = 0;
           /** The submission under way, if any: one that never returns is named when the test gives up. */
@@ -450,7 +527,18 @@ describe('chaos', { concurrency: true }, () => {
             if (current === undefined) throw new Error('the dev server is restarting');
             submitting = { source: document.source, since: Date.now() };
             try {
-              await submitDocument(current.client, stores.blobs, taskQueue, document);
+              if (!versions.has(document.documentId) && versions.size % 2 === 0)
+                agentDocuments.add(document.documentId);
+              const withAgent = agentDocuments.has(document.documentId);
+              await submitDocument(
+                current.client,
+                stores.blobs,
+                taskQueue,
+                document,
+                {},
+                withAgent ? { agent } : {},
+              );
+              if (withAgent) agentVersions += 1;
             } finally {
               submitting = undefined;
             }
@@ -559,7 +647,25 @@ describe('chaos', { concurrency: true }, () => {
           const anyHost = (): HostName => (random() < 0.5 ? 'host-a' : 'host-b');
 
           const act = async (kind: EventKind): Promise<string> => {
-            if (kind === 'kill after a publish') {
+            if (kind === 'kill after a cross-reference') {
+              const killed = new Promise<HostName | undefined>((resolve) => {
+                xrefs.server.afterEffect = (key) => {
+                  xrefs.server.afterEffect = undefined;
+                  const host = xrefs.hostOf(key);
+                  if (host !== undefined) workers.get(host)?.child.kill('SIGKILL');
+                  resolve(host);
+                };
+              });
+              const host = await Promise.race([
+                killed,
+                sleep(WAIT_FOR_MOMENT_MS, undefined, { ref: false }).then(() => undefined),
+              ]);
+              xrefs.server.afterEffect = undefined;
+              if (host !== undefined) {
+                await kill(host);
+                return `SIGKILL ${host} in an agent loop, right after its cross-reference took effect, before the reply`;
+              }
+            } else if (kind === 'kill after a publish') {
               const killed = new Promise<string>((resolve) => {
                 receiver.afterEffect = (effect) => {
                   receiver.afterEffect = undefined;
@@ -734,10 +840,59 @@ describe('chaos', { concurrency: true }, () => {
             );
           }
           const memoRows = await stores.memo.count();
+          // Summarize and tag per version, and the agent's three turns (search, file, answer) per agent version.
+          const modelSteps = submitted.length * 2 + agentVersions * AGENT_TURNS;
           check(
-            memoRows === submitted.length * 2,
-            `${memoRows} memoised answers for ${submitted.length * 2} model steps`,
+            memoRows === modelSteps,
+            `${memoRows} memoised answers for ${modelSteps} model steps and turns`,
           );
+
+          // Each agent turn paid once: the model server's log by turn key, `<runId>:related:turn-<n>`; a second
+          // answer under one key was held to a kill above, as any step's is.
+          const turnKeys = [...answers.keys()].filter((key) => /:related:turn-\d+$/.test(key));
+          const turnAnswers = turnKeys.reduce((n, key) => n + (answers.get(key)?.length ?? 0), 0);
+          check(
+            turnKeys.length === agentVersions * AGENT_TURNS,
+            `${turnKeys.length} agent turns answered for ${agentVersions * AGENT_TURNS}`,
+          );
+          // Each cross-reference once per agent run of a document: one effect at the receiver per version run with
+          // the agent on, each under its own key `<runId>:related:call-<n>`; the receiver dedupes a retry's POST.
+          const xrefEffects = xrefs.server.effects;
+          const fromOf = (body: unknown): string =>
+            typeof body === 'object' && body !== null && 'from' in body ? String(body.from) : '?';
+          for (const documentId of versions.keys()) {
+            const filed = xrefEffects.filter((e) => fromOf(e.body) === documentId);
+            const expected = agentDocuments.has(documentId) ? (versions.get(documentId) ?? 0) : 0;
+            check(
+              filed.length === expected,
+              `${documentId}: ${filed.length} cross-references filed for ${expected} agent run(s)`,
+            );
+            check(
+              filed.every((e) => /:related:call-\d+$/.test(e.key)),
+              `${documentId}: a cross-reference under a key that is not a call's: ${filed.map((e) => e.key).join(', ')}`,
+            );
+          }
+          check(
+            xrefEffects.length === agentVersions,
+            `${xrefEffects.length} cross-references for ${agentVersions} agent runs`,
+          );
+          // Each agent run's loop answered, with its figures in the run's result.
+          let loopTurns = 0;
+          let loopToolCalls = 0;
+          let loopMemoisedTurns = 0;
+          for (const documentId of agentDocuments) {
+            const result = (await client.workflow
+              .getHandle(workflowIdFor(documentId))
+              .result()) as PipelineResult;
+            const loop = result.related?.agent;
+            check(
+              loop?.outcome === 'answered',
+              `${documentId}: its agent loop ended ${loop?.outcome ?? 'without a result'}`,
+            );
+            loopTurns += loop?.turns ?? 0;
+            loopToolCalls += loop?.toolCalls.length ?? 0;
+            loopMemoisedTurns += loop?.memoisedTurns ?? 0;
+          }
 
           // Each document published once per version: one effect per version, never two under one key.
           for (const [documentId, count] of versions) {
@@ -772,6 +927,9 @@ describe('chaos', { concurrency: true }, () => {
             `model requests ${model.requests.length}, answers sent ${[...answers.values()].flat().length} for ${answers.size} keys, ` +
               `paid again after a kill ${paidAgainAfterKill}, memo rows ${memoRows}`,
             `ledger verdicts by the operator: delivered ${verdicts.delivered}, not delivered ${verdicts.unsent}`,
+            `agent runs ${agentVersions} (latest per document ${agentDocuments.size}): turns ${loopTurns} (${loopMemoisedTurns} from the memo), ` +
+              `tool calls ${loopToolCalls}, cross-references at the receiver ${xrefEffects.length} (POSTs ${xrefs.server.requests.length}), ` +
+              `turn answers paid ${turnAnswers} for ${turnKeys.length} turn keys`,
             `${((finishedAt - startedAt) / 1000).toFixed(0)} s`,
           ];
           log(`figures: ${figures.join('; ')}`);
@@ -781,6 +939,7 @@ describe('chaos', { concurrency: true }, () => {
           assert.equal(serverRestarts, SERVER_RESTARTS);
           assert.ok(stalls.length >= 1, 'no stall landed inside a model call');
           assert.ok(versions.size >= 6 && submitted.length > versions.size, 'too few documents, or no edit');
+          assert.ok(agentVersions >= 3, 'too few agent runs');
         },
       );
     });

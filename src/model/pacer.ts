@@ -23,6 +23,11 @@ export interface CallPlace {
   workflowId: string;
   step: string;
   budget?: BudgetRef | undefined;
+  /**
+   * What a budget's refusal of this call does: the run waits for a raise (`waits`, the default), or the agent loop
+   * the call is a turn of ends with outcome `budget` and the run goes on without its answer (`ends-loop`).
+   */
+  onBudgetRefused?: 'waits' | 'ends-loop' | undefined;
   /** When this attempt's start-to-close timeout ends, on this worker's clock; Infinity when it has none. */
   attemptEndsAt: number;
   /** When the step's whole budget (schedule-to-close) ends, on this worker's clock; Infinity when it has none. */
@@ -349,12 +354,16 @@ function budgetFailure(
   needed: { tokens: number; usd: number },
 ): ApplicationFailure {
   const details: BudgetDetails = { budget, needed };
+  const then =
+    place.onBudgetRefused === 'ends-loop'
+      ? 'the agent loop ends with outcome budget and the run goes on without its answer; for the next runs, raise it with '
+      : 'the run waits; raise it with ';
   return ApplicationFailure.create({
     type: FailureType.BudgetExhausted,
     nonRetryable: true,
     message:
       `${place.step} would pass budget ${budget.id} (${describeBudget(budget)}; this call may cost up to ` +
-      `${needed.tokens} tokens, $${needed.usd.toFixed(4)}): the run waits; raise it with ` +
+      `${needed.tokens} tokens, $${needed.usd.toFixed(4)}): ${then}` +
       raiseCommand(budget, needed),
     details: [details],
   });

@@ -24,6 +24,11 @@ export interface CallPacing {
   /** The run to wake when a budget it waits for is raised. */
   workflowId: string;
   budget?: BudgetRef | undefined;
+  /**
+   * What a budget's refusal of this call does: the run waits for a raise (`waits`, the default), or the agent loop
+   * the call is a turn of ends with outcome `budget` and the run goes on without its answer (`ends-loop`).
+   */
+  onBudgetRefused?: 'waits' | 'ends-loop' | undefined;
   /** This attempt's start-to-close deadline and the step's schedule-to-close one, on this worker's clock. */
   attemptEndsAt: number;
   stepEndsAt: number;

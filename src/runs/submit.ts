@@ -63,6 +63,7 @@ export async function submitDocument(
   taskQueue: string,
   document: DocumentFile,
   options: Partial<PipelineOptions> = {},
+  extra: Pick<PipelineInput, 'agent'> = {},
 ): Promise<Submission> {
   const workflowId = workflowIdFor(document.documentId);
   const version = await blobs.put(document.bytes);
@@ -75,6 +76,8 @@ export async function submitDocument(
     // Complete, with the defaults filled in: the workflow takes such an input as it is (completePipelineInput).
     // Options it would refuse go as they are, and the run fails saying what is wrong with them.
     options: completeOptions.success ? completeOptions.data : options,
+    // The run's agent steps, when its submitter turns them on (docs/agent.md).
+    ...(extra.agent === undefined ? {} : { agent: extra.agent }),
   };
   const submission = randomUUID();
   const found = (run: RunFacts, attachedTo: Submission['attachedTo']): Submission => ({

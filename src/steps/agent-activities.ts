@@ -159,6 +159,8 @@ export function agentTurnActivity(step: AnyAgentStep, deps: AgentStepDependencie
       step: step.name,
       workflowId,
       budget: input.budget,
+      // A refusal ends the loop (src/workflow/agent.ts), not a wait for a raise: the message says so.
+      onBudgetRefused: 'ends-loop' as const,
       ...deadlinesOf(info, attemptStarted),
     };
     const paid = new PaidCalls(deps, step.name, key);
