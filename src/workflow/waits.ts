@@ -2,6 +2,7 @@ import {
   ActivityFailure,
   ApplicationFailure,
   condition,
+  patched,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -38,6 +39,7 @@ export function budgetWaiter(progress: PipelineProgress, notices: BatchNotices) 
     notices.tell(budgetWaitSignal, { workflowId: workflowInfo().workflowId, budgetId });
   return async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     for (let waitMs = BUDGET_FIRST_WAIT_MS; ; waitMs = Math.min(waitMs * 2, BUDGET_MAX_WAIT_MS)) {
+      const raisedBefore = raised;
       try {
         const result = await run();
         if (waiting.delete(name) && waiting.size === 0) {
@@ -55,7 +57,9 @@ export function budgetWaiter(progress: PipelineProgress, notices: BatchNotices) 
           await tell(budgetId);
         }
         progress.steps[name] = 'budget';
-        const seen = raised;
+        // A raise that came while this attempt was being refused (its waiter listed, then woken, before the run
+        // heard of the refusal) is this step's too: it goes again at once instead of sleeping through it.
+        const seen = raised > raisedBefore && patched('budget-raise-during-attempt') ? raisedBefore : raised;
         await condition(() => raised > seen, waitMs);
         progress.steps[name] = 'running';
       }
