@@ -5,11 +5,10 @@
  * not; failing samples say the gauges are stale), and every metric a rule names is one a worker's page serves.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { ensurePromtool } from '../scripts/tools/promtool';
+import { ensurePromtool, runPromtool } from '../scripts/tools/promtool';
 import { loadConfig } from '../src/config';
 import { REVIEW_GAUGE_NAMES } from '../src/runs/review-gauges';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
@@ -17,20 +16,7 @@ import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
 const DEPLOY = path.join(__dirname, '..', 'deploy', 'prometheus');
 
 /** promtool's exit code and output for `args`, killed after 30 s. */
-function promtool(tool: string, args: string[]): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(tool, args, { cwd: DEPLOY, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    });
-  });
-}
+const promtool = (tool: string, args: string[]) => runPromtool(tool, args, { cwd: DEPLOY });
 
 describe('alert rules', () => {
   it(

@@ -5,13 +5,12 @@
  * installer is tested here too, from an empty folder with package lists of its own, as on a fresh CI machine.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { ensurePromtool } from '../scripts/tools/promtool';
+import { ensurePromtool, runPromtool } from '../scripts/tools/promtool';
 import { loadConfig } from '../src/config';
 import { REVIEW_GAUGE_NAMES } from '../src/runs/review-gauges';
 import { PIPELINE_METRIC_NAMES } from '../src/telemetry/metrics';
@@ -28,21 +27,8 @@ before(async () => {
 });
 
 /** What `promtool check metrics` says about `page` (given on stdin, as its docs show), and its exit code. */
-function promtoolCheck(promtool: string, page: string): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(promtool, ['check', 'metrics'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    });
-    child.stdin.end(page);
-  });
-}
+const promtoolCheck = (promtool: string, page: string) =>
+  runPromtool(promtool, ['check', 'metrics'], { stdin: page });
 
 describe('metrics lint', () => {
   it(

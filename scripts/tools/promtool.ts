@@ -162,3 +162,27 @@ function isMissingCommand(err: unknown): err is { path: string } {
 function shown(file: string): string {
   return path.relative(process.cwd(), file) || file;
 }
+
+/**
+ * Runs promtool with `args` (in `cwd`, with `stdin` as its input where given), killed after 30 s: its exit code and
+ * what it printed, stdout and stderr together.
+ */
+export function runPromtool(
+  tool: string,
+  args: string[],
+  { cwd, stdin }: { cwd?: string; stdin?: string } = {},
+): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(tool, args, { cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.once('error', reject);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, output });
+    });
+    child.stdin.end(stdin ?? '');
+  });
+}
